@@ -1,0 +1,131 @@
+"""Regenerate the student notebooks (notebooks/) from the instructor notebooks (solutions/).
+
+    python -m course.release            # rewrite notebooks/ from solutions/
+    python -m course.release --check    # exit 1 if notebooks/ differs from what would be written
+
+This runs the real nbgrader (`nbgrader generate_assignment`, https://nbgrader.readthedocs.io) in a
+throw-away course directory laid out as nbgrader expects:
+
+    <tmp>/source/grpo/*.ipynb  --generate_assignment-->  <tmp>/release/grpo/*.ipynb  -->  notebooks/
+
+nbgrader replaces each `### BEGIN SOLUTION` ... `### END SOLUTION` region with a stub that raises
+`NotImplementedError`, clears outputs, and records cell checksums so that `nbgrader autograde` can
+restore locked and test cells. The settings that shape the output are passed on the command line
+and user Jupyter config is kept out, so the same solutions/ always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENT = "grpo"  # the nbgrader assignment id the release, the tests and instructors share
+
+# Written into the throw-away course's nbgrader_config.py (which outranks system-wide Jupyter
+# config; user config is switched off below), so the same solutions/ always give the same bytes.
+NBGRADER_CONFIG = """\
+c = get_config()
+c.ClearSolutions.begin_solution_delimeter = "BEGIN SOLUTION"
+c.ClearSolutions.end_solution_delimeter = "END SOLUTION"
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+c.IncludeHeaderFooter.header = ""
+c.IncludeHeaderFooter.footer = ""
+"""
+
+
+def nbgrader_environment(config_dir: Path) -> dict[str, str]:
+    """The environment for an nbgrader subprocess: no user config, repo importable."""
+    env = dict(os.environ)
+    env["JUPYTER_CONFIG_DIR"] = str(config_dir)  # an empty folder: ignore ~/.jupyter
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_nbgrader(args: list[str], course_dir: Path) -> subprocess.CompletedProcess:
+    """Run `python -m nbgrader <args>` in `course_dir`; raise with its log if it fails."""
+    config_dir = course_dir / ".jupyter_config"
+    config_dir.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "nbgrader", *args, f"--course-dir={course_dir}"]
+    result = subprocess.run(
+        command, cwd=course_dir, env=nbgrader_environment(config_dir),
+        capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"nbgrader {args[0]} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def solution_notebooks(solutions_dir: Path) -> list[Path]:
+    notebooks = sorted(solutions_dir.glob("*.ipynb"))
+    if not notebooks:
+        raise ValueError(f"solutions_dir={solutions_dir} holds no .ipynb files")
+    return notebooks
+
+
+def generate_release(solutions_dir: Path, output_dir: Path) -> list[Path]:
+    """Write nbgrader's student version of every notebook in `solutions_dir` into `output_dir`.
+
+    `output_dir` must not exist yet or be empty of notebooks we would not write; returns the paths written.
+    """
+    notebooks = solution_notebooks(solutions_dir)
+    with tempfile.TemporaryDirectory(prefix="grpo_release_") as tmp:
+        course_dir = Path(tmp)
+        (course_dir / "nbgrader_config.py").write_text(NBGRADER_CONFIG)
+        source = course_dir / "source" / ASSIGNMENT
+        source.mkdir(parents=True)
+        for notebook in notebooks:
+            shutil.copyfile(notebook, source / notebook.name)
+        run_nbgrader(["generate_assignment", ASSIGNMENT, "--force"], course_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for notebook in notebooks:
+            released = course_dir / "release" / ASSIGNMENT / notebook.name
+            target = output_dir / notebook.name
+            shutil.copyfile(released, target)
+            written.append(target)
+    return written
+
+
+def stale_files(solutions_dir: Path, notebooks_dir: Path) -> list[str]:
+    """Names of notebooks in `notebooks_dir` that differ from a fresh release (or are missing/extra)."""
+    with tempfile.TemporaryDirectory(prefix="grpo_release_check_") as tmp:
+        fresh = {p.name: p.read_bytes() for p in generate_release(solutions_dir, Path(tmp))}
+    current = {p.name: p.read_bytes() for p in notebooks_dir.glob("*.ipynb")}
+    return sorted(name for name in fresh.keys() | current.keys() if fresh.get(name) != current.get(name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
+    parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks")
+    parser.add_argument("--check", action="store_true", help="only report drift; write nothing")
+    args = parser.parse_args(argv)
+
+    if args.check:
+        stale = stale_files(args.solutions, args.notebooks)
+        for name in stale:
+            print(f"out of date: {args.notebooks / name}")
+        print("notebooks/ is up to date" if not stale else "run `python -m course.release`")
+        return 1 if stale else 0
+
+    # Remove released notebooks whose solution is gone; keep README.md and anything else.
+    keep = {p.name for p in solution_notebooks(args.solutions)}
+    for old in args.notebooks.glob("*.ipynb"):
+        if old.name not in keep:
+            old.unlink()
+    for path in generate_release(args.solutions, args.notebooks):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

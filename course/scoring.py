@@ -1,0 +1,158 @@
+"""Stage 2 — scoring: per-token log-probabilities and entropies of the labels under a causal LM.
+
+For logits z ∈ R^V at one position and label y:
+  log π(y) = z_y − logsumexp(z)                      (gather, then normalize: no (B, T, V) log-softmax)
+  H(π)     = logsumexp(z) − Σ_v softmax(z)_v · z_v   (the stable form of −Σ p log p)
+Half-precision logits are upcast to float32 first: bf16 has 8 mantissa bits, so a log-ratio near
+GSPO's clip range (1 ± 3e-4) would round to 0. float32/float64 logits keep their dtype.
+
+The chunked path runs the output head over `logits_chunk_size` positions at a time inside
+`torch.utils.checkpoint`, so backward recomputes each chunk's logits instead of keeping all of them:
+peak extra memory is one (B, chunk, V) block rather than (B, T, V). It bypasses the model's own
+forward, so it is allowed only for architectures whose logits are exactly `lm_head(decoder(x))`
+(no logit scaling or soft-capping): OLMo2 (the course's model), Llama and Qwen2. Cut Cross-Entropy
+(Wijmans et al. 2024, arXiv 2411.09009) and Liger-Kernel's fused linear cross-entropy take the same
+idea further.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# Architectures whose causal-LM forward is exactly lm_head(model(input_ids).last_hidden_state).
+CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")
+# Entropy is a logged metric; bound its softmax temporaries to this many bytes per block.
+_ENTROPY_BLOCK_BYTES = 16 * 2**20
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
+def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last axis.
+
+    Args:
+        logits: (..., V) unnormalized scores; half precision is computed in float32.
+
+    Returns:
+        (...) entropies in nats, in float32 for half-precision input, else in the input dtype.
+    """
+    if logits.ndim < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have a non-empty last (vocabulary) axis, got shape {tuple(logits.shape)}")
+    logits = _upcast(logits)
+    log_normalizer = torch.logsumexp(logits, dim=-1)  # (...)
+    probs = torch.softmax(logits, dim=-1)  # (..., V)
+    return log_normalizer - (probs * logits).sum(dim=-1)
+
+
+def _entropy_without_grad(logits: torch.Tensor) -> torch.Tensor:
+    """compute_entropy over (B, T, V) in blocks of positions, with no autograd graph."""
+    batch, positions, vocab = logits.shape
+    bytes_per_position = max(1, batch * vocab * 4)
+    block = max(1, _ENTROPY_BLOCK_BYTES // bytes_per_position)
+    with torch.no_grad():
+        return torch.cat(
+            [compute_entropy(logits[:, s : s + block]) for s in range(0, positions, block)], dim=1
+        )
+
+
+def _label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[labels] without a (B, T, V) log-softmax: (B, T, V), (B, T) → (B, T)."""
+    logits = _upcast(logits)
+    label_logits = logits.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return label_logits - torch.logsumexp(logits, dim=-1)
+
+
+def _score_logits(logits: torch.Tensor, labels: torch.Tensor, return_token_entropy: bool):
+    log_probs = _label_log_probs(logits, labels)
+    if not return_token_entropy:
+        return log_probs, None
+    return log_probs, _entropy_without_grad(logits.detach())
+
+
+def _resolve_chunk_size(model, logits_chunk_size) -> int:
+    if logits_chunk_size is None:
+        logits_chunk_size = getattr(getattr(model, "config", None), "grpo_logits_chunk_size", 0)
+    if isinstance(logits_chunk_size, bool) or not isinstance(logits_chunk_size, int):
+        raise ValueError(
+            f"logits_chunk_size must be a non-negative int or None, got {logits_chunk_size!r}"
+        )
+    if logits_chunk_size < 0:
+        raise ValueError(f"logits_chunk_size must be >= 0, got {logits_chunk_size}")
+    return logits_chunk_size
+
+
+def _decoder_and_head(model):
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        raise ValueError(
+            "logits_chunk_size > 0 bypasses the model's forward, which DistributedDataParallel needs "
+            "to synchronize gradients; use logits_chunk_size=0 with a DDP-wrapped model"
+        )
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    decoder = getattr(model, "model", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if model_type not in CHUNKABLE_MODEL_TYPES or not isinstance(decoder, torch.nn.Module) or head is None:
+        raise ValueError(
+            f"logits_chunk_size > 0 needs a model whose logits are exactly lm_head(model.model(x)) "
+            f"({', '.join(CHUNKABLE_MODEL_TYPES)}); got model_type={model_type!r}. "
+            "Use logits_chunk_size=0 for other architectures."
+        )
+    return decoder, head
+
+
+def get_response_log_probs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    return_token_entropy: bool = False,
+    logits_chunk_size: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Per-token log π(labels | input_ids) from a causal LM, optionally chunking the output head.
+
+    Args:
+        model: a Hugging Face causal LM (`model(input_ids).logits` is (B, T, V)).
+        input_ids: (B, T) long token ids (right padding is fine: attention is causal).
+        labels: (B, T) long next-token ids.
+        return_token_entropy: also return per-position entropy, computed without autograd.
+        logits_chunk_size: positions per output-head call; 0 = plain forward; None reads
+            `model.config.grpo_logits_chunk_size` (default 0).
+
+    Returns:
+        dict with `log_probs` (B, T) and, if asked, `token_entropy` (B, T); float32 for half-precision
+        models, else the model's dtype.
+    """
+    if input_ids.ndim != 2 or labels.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids and labels must both be (B, T), got {tuple(input_ids.shape)} and "
+            f"{tuple(labels.shape)}"
+        )
+    chunk = _resolve_chunk_size(model, logits_chunk_size)
+    if chunk == 0:
+        log_probs, entropy = _score_logits(model(input_ids).logits, labels, return_token_entropy)
+    else:
+        decoder, head = _decoder_and_head(model)
+        hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
+
+        def score_chunk(hidden_chunk, label_chunk):
+            return _label_log_probs(head(hidden_chunk), label_chunk)  # (B, c)
+
+        pieces, entropy_pieces = [], []
+        for start in range(0, input_ids.shape[1], chunk):
+            hidden_chunk, label_chunk = hidden[:, start : start + chunk], labels[:, start : start + chunk]
+            if torch.is_grad_enabled():
+                # keep only the (B, c) result; backward reruns head + normalizer for this chunk
+                pieces.append(checkpoint(score_chunk, hidden_chunk, label_chunk, use_reentrant=False))
+            else:
+                pieces.append(score_chunk(hidden_chunk, label_chunk))
+            if return_token_entropy:
+                with torch.no_grad():
+                    entropy_pieces.append(compute_entropy(head(hidden_chunk.detach())))
+        log_probs = torch.cat(pieces, dim=1)  # (B, T)
+        entropy = torch.cat(entropy_pieces, dim=1) if return_token_entropy else None
+
+    result = {"log_probs": log_probs}
+    if return_token_entropy:
+        result["token_entropy"] = entropy
+    return result

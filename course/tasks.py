@@ -1,0 +1,94 @@
+"""The synthetic task: two-number addition with a verifiable answer, and its r1-zero reward.
+
+A problem is `a+b` with 0 <= a, b <= 99; the answer is the sum written with its digits reversed
+(least significant first), so that a left-to-right model produces each digit after the digits
+it depends on, carries included. 37+48 = 85 is answered "58". (Measured on a 1M-parameter model,
+SPEC §5: written left to right the task barely learns; reversed, it does. Reversed output is the
+usual trick for teaching arithmetic to small transformers, Lee et al. 2023, arXiv 2307.03381.)
+
+The response format is DeepSeek-R1-Zero's (Guo et al. 2025, arXiv 2501.12948): the prompt opens a
+`<think>` block, and the model must close it and give its answer in `<answer>...</answer>`:
+
+    prompt:   "Add, digits reversed. User: 37+48\\nAssistant: <think>"
+    response: "</think> <answer>58</answer>"
+
+The reward follows the r1-zero reward of Stanford CS336 assignment 5 (`r1_zero_reward_fn`):
+format reward 1 when the response is `... </think> <answer>X</answer>`, answer reward 1 when
+additionally X is the ground truth, reward = answer reward. Train and held-out problems come from
+disjoint parts of the 10,000 possible pairs (8,000 and 2,000), so held-out accuracy measures
+generalization, not memorization.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+MAX_OPERAND = 99
+PROMPT_TEMPLATE = "Add, digits reversed. User: {question}\nAssistant: <think>"
+# Everything after </think>; one trailing <eos> (as sampled) or whitespace is allowed.
+RESPONSE_PATTERN = re.compile(r"^(?P<think>.*?)</think> <answer>(?P<answer>.*?)</answer>\s*(<eos>)?\s*$",
+                              re.DOTALL)
+SPLITS = ("train", "test")
+# Which pairs are held out is fixed by this seed, not by the caller's, so splits never overlap.
+_SPLIT_SEED = 20250101
+_HELD_OUT_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One addition problem: operands, the question text and the verifiable answer."""
+
+    a: int
+    b: int
+
+    @property
+    def question(self) -> str:
+        return f"{self.a}+{self.b}"
+
+    @property
+    def answer(self) -> str:
+        """The sum with its digits reversed: 37+48 -> "58", 50+50 -> "001"."""
+        return str(self.a + self.b)[::-1]
+
+
+def _split_pairs(split: str) -> list[tuple[int, int]]:
+    """All (a, b) pairs of one split, in a fixed order."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    pairs = [(a, b) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
+    random.Random(_SPLIT_SEED).shuffle(pairs)
+    n_held_out = int(len(pairs) * _HELD_OUT_FRACTION)
+    return pairs[:n_held_out] if split == "test" else pairs[n_held_out:]
+
+
+def make_problems(n: int, seed: int, split: str = "train") -> list[Problem]:
+    """`n` distinct problems drawn from `split` ("train": 8,000 pairs, "test": 2,000), seeded."""
+    pairs = _split_pairs(split)
+    if not isinstance(n, int) or not 0 <= n <= len(pairs):
+        raise ValueError(f"n must be an integer in [0, {len(pairs)}] for split {split!r}, got {n!r}")
+    return [Problem(a, b) for a, b in random.Random(seed).sample(pairs, n)]
+
+
+def format_prompt(problem: Problem) -> str:
+    """The prompt the policy completes; it ends inside the opened <think> block."""
+    return PROMPT_TEMPLATE.format(question=problem.question)
+
+
+def format_response(problem: Problem) -> str:
+    """The reference response the warm start is trained on (without <eos>)."""
+    return f"</think> <answer>{problem.answer}</answer>"
+
+
+def r1_zero_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
+    """Score one response: dict of `reward`, `format_reward`, `answer_reward`, each 0.0 or 1.0.
+
+    A wrong answer in the right format earns format reward only; an unparseable response earns
+    nothing, even if the right digits appear in it.
+    """
+    match = RESPONSE_PATTERN.match(response)
+    if match is None:
+        return {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0}
+    correct = float(match.group("answer").strip() == ground_truth.strip())
+    return {"reward": correct, "format_reward": 1.0, "answer_reward": correct}
