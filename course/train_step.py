@@ -140,7 +140,7 @@ def grpo_train_step(
     optimizer.zero_grad(set_to_none=True)
     active_rows = torch.nonzero(advantages != 0).flatten()  # (B_active,)
     microbatch_size = -(-batch_size // gradient_accumulation_steps)
-    microbatches = list(active_rows.split(microbatch_size))
+    microbatches = [rows for rows in active_rows.split(microbatch_size) if rows.numel()]
     statistics = LossStatistics()
     # declare every metric up front: a rank that skips all its rows must still all-reduce the same keys
     statistics.add_mean("token_entropy", 0.0, 0.0)
