@@ -21,7 +21,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 # Architectures whose causal-LM forward is exactly lm_head(model(input_ids).last_hidden_state).
-CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")
+CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")  # each proven equal in tests/test_scoring.py
 # Entropy is a logged metric; bound its softmax temporaries to this many bytes per block.
 _ENTROPY_BLOCK_BYTES = 16 * 2**20
 
@@ -44,7 +44,9 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     logits = _upcast(logits)
     log_normalizer = torch.logsumexp(logits, dim=-1)  # (...)
     probs = torch.softmax(logits, dim=-1)  # (..., V)
-    return log_normalizer - (probs * logits).sum(dim=-1)
+    # a −inf logit (a masked-out token) has p = 0 and contributes 0, not 0 · (−inf) = NaN
+    expected_logit = torch.where(probs > 0, probs * logits, torch.zeros_like(probs)).sum(dim=-1)
+    return log_normalizer - expected_logit
 
 
 def _entropy_without_grad(logits: torch.Tensor) -> torch.Tensor:
@@ -58,11 +60,37 @@ def _entropy_without_grad(logits: torch.Tensor) -> torch.Tensor:
         )
 
 
+class _LabelLogProb(torch.autograd.Function):
+    """log softmax(z)[y] = z_y − logsumexp(z), with a one-buffer backward.
+
+    Autograd through `gather` and `logsumexp` keeps two (B, T, V) temporaries in backward (the
+    scattered one-hot and the softmax); here ∂/∂z = g · (onehot(y) − softmax(z)) is built in a single
+    (B, T, V) buffer, so the plain path peaks no higher than a full log_softmax would.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        compute = _upcast(logits)  # (B, T, V)
+        log_normalizer = torch.logsumexp(compute, dim=-1)  # (B, T)
+        label_logits = compute.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        ctx.save_for_backward(logits, labels, log_normalizer)
+        return label_logits - log_normalizer
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):
+        logits, labels, log_normalizer = ctx.saved_tensors
+        compute_dtype = log_normalizer.dtype
+        grad = logits.to(compute_dtype, copy=True)  # (B, T, V), the one buffer
+        grad.sub_(log_normalizer.unsqueeze(-1)).exp_()  # softmax
+        grad.mul_(-grad_output.unsqueeze(-1))  # −g · softmax
+        grad.scatter_add_(-1, labels.unsqueeze(-1), grad_output.unsqueeze(-1).to(compute_dtype))  # + g · onehot
+        return grad.to(logits.dtype), None
+
+
 def _label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[labels] without a (B, T, V) log-softmax: (B, T, V), (B, T) → (B, T)."""
-    logits = _upcast(logits)
-    label_logits = logits.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    return label_logits - torch.logsumexp(logits, dim=-1)
+    return _LabelLogProb.apply(logits, labels)
 
 
 def _score_logits(logits: torch.Tensor, labels: torch.Tensor, return_token_entropy: bool):

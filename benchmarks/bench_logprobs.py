@@ -1,0 +1,170 @@
+"""Log-prob scoring three ways: peak extra memory and time of forward + backward.
+
+  log_softmax  model(x).logits → full (B, T, V) log_softmax → gather        (the textbook way)
+  gather_lse   model(x).logits → gather − logsumexp                         (get_response_log_probs, chunk 0)
+  chunked      decoder → output head over `--chunk` positions at a time,
+               recomputed in backward                                        (get_response_log_probs, chunk > 0)
+
+At a realistic vocabulary (OLMo 2's 50304 by default) the (B, T, V) logits dominate: the first
+two keep them (and their gradient) alive, the chunked head only one (B, chunk, V) block at a time.
+Idea: Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009); Liger-Kernel's fused linear
+cross-entropy.
+
+Each method runs in a fresh subprocess so that allocator caches from one cannot hide another's peak.
+Peak extra memory is measured around one forward + backward (parameter gradients included):
+  cpu   peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs) minus RSS before;
+  cuda  torch.cuda.max_memory_allocated minus memory_allocated before.
+Time is the median of `--repeats` further forward + backward passes.
+
+    python benchmarks/bench_logprobs.py                      # CPU, V = 50304
+    python benchmarks/bench_logprobs.py --device cuda --batch 16 --seq 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+METHODS = ("log_softmax", "gather_lse", "chunked")
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status (Linux only)")
+
+
+def _score(method: str, model, input_ids, labels, chunk: int) -> torch.Tensor:
+    from course import get_response_log_probs
+
+    if method == "log_softmax":
+        logits = model(input_ids).logits  # (B, T, V)
+        return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[..., None])[..., 0]
+    size = 0 if method == "gather_lse" else chunk
+    return get_response_log_probs(model, input_ids, labels, logits_chunk_size=size)["log_probs"]
+
+
+def run_one(args: argparse.Namespace, method: str, output: str) -> None:
+    """In a fresh process: build, measure one forward + backward, time a few more, save results."""
+    from course.models import build_tiny_model
+
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    model = build_tiny_model(vocab_size=args.vocab, hidden_size=args.hidden,
+                             num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                             max_position_embeddings=max(256, args.seq), seed=0, dtype=dtype)
+    model = model.to(device)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
+    input_ids, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+    weights = torch.randn(args.batch, args.seq, generator=generator).to(device)
+
+    def forward_backward():
+        log_probs = _score(method, model, input_ids, labels, args.chunk)
+        (log_probs * weights).sum().backward()
+        return log_probs.detach()
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        log_probs = forward_backward()
+        torch.cuda.synchronize()
+        peak_extra = torch.cuda.max_memory_allocated() - before
+    else:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+        before = _rss_kib("VmRSS")
+        log_probs = forward_backward()
+        peak_extra = (_rss_kib("VmHWM") - before) * 1024
+    head_grad = model.get_output_embeddings().weight.grad.detach().float().cpu()
+
+    seconds = []
+    for _ in range(args.repeats):
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        forward_backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    torch.save({"peak_extra": peak_extra, "seconds": seconds, "log_probs": log_probs.float().cpu(),
+                "head_grad": head_grad}, output)
+
+
+def describe_machine(device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.system()}"
+    if device == "cuda":
+        text += f", GPU {torch.cuda.get_device_name()}"
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--vocab", type=int, default=50304)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--chunk", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)  # subprocess mode
+    parser.add_argument("--output", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.method:
+        run_one(args, args.method, args.output)
+        return
+
+    results = {}
+    with tempfile.TemporaryDirectory() as directory:
+        for method in METHODS:
+            output = os.path.join(directory, f"{method}.pt")
+            subprocess.run([sys.executable, __file__, *sys.argv[1:], "--method", method,
+                            "--output", output], check=True)
+            results[method] = torch.load(output)
+
+    reference = results["log_softmax"]
+    logits_mib = args.batch * args.seq * args.vocab * 4 / 2**20
+    print(f"machine: {describe_machine(args.device)}")
+    print(f"device {args.device}, {args.dtype} OLMo2 hidden {args.hidden} x {args.layers} layers, "
+          f"V = {args.vocab}, B = {args.batch}, T = {args.seq}, chunk = {args.chunk}; "
+          f"one fp32 (B, T, V) tensor = {logits_mib:.0f} MiB")
+    print(f"{'method':<12} {'peak extra MiB':>15} {'vs log_softmax':>15} {'fwd+bwd s':>10} "
+          f"{'max |Δ log p|':>14} {'max |Δ grad|':>13}")
+    for method, result in results.items():
+        print(f"{method:<12} {result['peak_extra'] / 2**20:>15.0f} "
+              f"{result['peak_extra'] / reference['peak_extra']:>15.3f} "
+              f"{statistics.median(result['seconds']):>10.2f} "
+              f"{(result['log_probs'] - reference['log_probs']).abs().max().item():>14.2e} "
+              f"{(result['head_grad'] - reference['head_grad']).abs().max().item():>13.2e}")
+    ratio = results["chunked"]["peak_extra"] / results["gather_lse"]["peak_extra"]
+    print(json.dumps({"chunked_over_plain_peak": round(ratio, 4),
+                      "chunked_over_log_softmax_peak": round(
+                          results["chunked"]["peak_extra"] / reference["peak_extra"], 4)}))
+
+
+if __name__ == "__main__":
+    main()

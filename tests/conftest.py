@@ -1,0 +1,34 @@
+"""Shared fixtures: the character tokenizer and a tiny float64 OLMo2 built fresh for each test."""
+
+import pytest
+import torch
+
+from course.models import build_tiny_model_and_tokenizer, build_tokenizer
+
+# Small enough that a forward + backward over a (12, 12) batch takes milliseconds.
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
+@pytest.fixture
+def single_thread():
+    """Tiny models run fastest on one thread; on a loaded 2-core CI box, several times faster."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture
+def make_model():
+    """make_model(dtype=torch.float64, seed=0) -> a fresh tiny OLMo2 (tests may change its weights)."""
+
+    def make(dtype: torch.dtype = torch.float64, seed: int = 0):
+        model, _ = build_tiny_model_and_tokenizer(seed=seed, dtype=dtype, **TINY)
+        return model
+
+    return make

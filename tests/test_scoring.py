@@ -1,0 +1,276 @@
+"""compute_entropy and get_response_log_probs, plain and chunked (SPEC §3, §5)."""
+
+import math
+
+import pytest
+import torch
+from naive import entropy, relative_difference, response_log_probs, tokenize
+
+from course import compute_entropy, get_response_log_probs
+from course.scoring import CHUNKABLE_MODEL_TYPES
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PROMPTS = ["1+2=", "35+47=", "What is 9*9?\n"]
+OUTPUTS = ["3", "<answer>82</answer>", "<think>9*9</think> 81"]
+
+
+@pytest.fixture
+def batch(tokenizer):
+    return tokenize(PROMPTS, OUTPUTS, tokenizer)  # (3, 23)
+
+
+# ----------------------------------------------------------------------------- entropy
+
+
+def test_entropy_hand_worked():
+    # uniform over 4: H = ln 4 = 1.3862943611198906
+    uniform = compute_entropy(torch.zeros(4, dtype=torch.float64))
+    assert uniform.shape == () and uniform.dtype == torch.float64
+    assert abs(uniform.item() - 1.3862943611198906) < 1e-12
+    # p = (1/4, 3/4) from logits (0, ln 3): H = 0.25 ln 4 + 0.75 ln(4/3) = 0.5623351446188083
+    # shifting every logit by a constant changes nothing
+    logits = torch.tensor([[0.0, math.log(3.0)], [10.0, 10.0 + math.log(3.0)]], dtype=torch.float64)
+    h = compute_entropy(logits)
+    assert h.shape == (2,)
+    torch.testing.assert_close(h, torch.tensor([0.5623351446188083] * 2, dtype=torch.float64),
+                               rtol=0, atol=1e-12)
+
+
+def test_entropy_is_stable_for_large_logits():
+    # exp(1000) overflows float32 and exp(1e4) float64: the logsumexp form must still give
+    # ln 2, 0 and ln 3 (to the dtype's resolution at that magnitude: 6e-5 at 1000 in float32)
+    rows = [[1000.0, 1000.0, -1000.0], [1e4, 0.0, 0.0], [-5e3, -5e3, -5e3]]
+    expected = [math.log(2), 0.0, math.log(3)]
+    for dtype, scale, atol in [(torch.float32, 1.0, 2e-3), (torch.float64, 1.0, 1e-9),
+                               (torch.float64, 1e300 / 1e4, 0.0)]:
+        logits = torch.tensor(rows, dtype=dtype) * scale
+        h = compute_entropy(logits)
+        assert torch.isfinite(h).all(), (dtype, scale)
+        if atol:
+            torch.testing.assert_close(h, torch.tensor(expected, dtype=dtype), rtol=0, atol=atol)
+
+
+def test_entropy_matches_naive_and_keeps_shape():
+    gen = torch.Generator().manual_seed(0)
+    logits = 5 * torch.randn(2, 3, 7, 11, generator=gen, dtype=torch.float64)
+    h = compute_entropy(logits)
+    assert h.shape == (2, 3, 7)
+    torch.testing.assert_close(h, entropy(logits), rtol=0, atol=1e-12)
+
+
+def test_entropy_of_half_precision_is_float32():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)).bfloat16()
+    h = compute_entropy(logits)
+    assert h.dtype == torch.float32
+    torch.testing.assert_close(h, entropy(logits.float()).float(), rtol=0, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- log-probs
+
+
+def test_log_probs_hand_worked_with_a_bigram_model():
+    # A "model" whose logits at every position are (0, ln 3, 0): p = (0.2, 0.6, 0.2).
+    class Constant(torch.nn.Module):
+        def forward(self, input_ids):
+            logits = torch.tensor([0.0, math.log(3.0), 0.0], dtype=torch.float64)
+            return type("Out", (), {"logits": logits.expand(*input_ids.shape, 3)})()
+
+    labels = torch.tensor([[1, 0, 2]])
+    out = get_response_log_probs(Constant(), torch.zeros_like(labels), labels, logits_chunk_size=0)
+    torch.testing.assert_close(out["log_probs"], torch.log(torch.tensor([[0.6, 0.2, 0.2]],
+                                                                        dtype=torch.float64)))
+
+
+def test_log_probs_and_entropy_match_naive_float64(make_model, batch):
+    model = make_model(torch.float64)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"],
+                                 return_token_entropy=True, logits_chunk_size=0)
+    expected = response_log_probs(model, batch["input_ids"], batch["labels"])
+    assert out["log_probs"].shape == batch["labels"].shape
+    assert out["log_probs"].dtype == torch.float64
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+    with torch.no_grad():
+        expected_entropy = entropy(model(batch["input_ids"]).logits)
+    torch.testing.assert_close(out["token_entropy"], expected_entropy, rtol=0, atol=1e-12)
+    assert not out["token_entropy"].requires_grad and out["token_entropy"].grad_fn is None
+    assert out["log_probs"].requires_grad
+
+
+def _values_and_gradients(model, batch, chunk):
+    weights = torch.randn(batch["labels"].shape, generator=torch.Generator().manual_seed(3))
+    model.zero_grad(set_to_none=True)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"],
+                                 return_token_entropy=True, logits_chunk_size=chunk)
+    (out["log_probs"] * weights.to(out["log_probs"].dtype)).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    return out, grads
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 23, 64])
+def test_chunked_matches_plain_values_and_gradients_fp32(make_model, batch, chunk):
+    model = make_model(torch.float32)
+    plain, plain_grads = _values_and_gradients(model, batch, 0)
+    chunked, chunked_grads = _values_and_gradients(model, batch, chunk)
+    torch.testing.assert_close(chunked["log_probs"], plain["log_probs"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(chunked["token_entropy"], plain["token_entropy"], rtol=0, atol=1e-5)
+    assert not chunked["token_entropy"].requires_grad
+    assert relative_difference(chunked_grads, plain_grads) < 1e-5
+
+
+def test_chunked_matches_naive_float64(make_model, batch):
+    model = make_model(torch.float64)
+    chunked, grads = _values_and_gradients(model, batch, 5)
+    expected = response_log_probs(model, batch["input_ids"], batch["labels"])
+    torch.testing.assert_close(chunked["log_probs"], expected, rtol=0, atol=1e-12)
+    weights = torch.randn(batch["labels"].shape, generator=torch.Generator().manual_seed(3))
+    model.zero_grad(set_to_none=True)
+    (expected * weights.double()).sum().backward()
+    assert relative_difference(grads, [p.grad for p in model.parameters()]) < 1e-10
+
+
+def test_chunked_without_grad_matches(make_model, batch):
+    model = make_model(torch.float64)
+    with torch.no_grad():
+        out = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=4)
+        expected = response_log_probs(model, batch["input_ids"], batch["labels"])
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_bf16_model_is_scored_in_fp32(make_model, batch, chunk):
+    model = make_model(torch.bfloat16)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"],
+                                 return_token_entropy=True, logits_chunk_size=chunk)
+    assert out["log_probs"].dtype == torch.float32
+    assert out["token_entropy"].dtype == torch.float32
+    with torch.no_grad():
+        logits = model(batch["input_ids"]).logits.float()  # bf16 logits, upcast before normalizing
+    expected = torch.log_softmax(logits, -1).gather(-1, batch["labels"].unsqueeze(-1)).squeeze(-1)
+    # log Z ≈ ln 103 ≈ 4.6, where one bf16 step is 0.03: normalizing in bf16 misses by ~3e-2.
+    # (The chunked head multiplies the same bf16 numbers; on CPU its logits come out identical.)
+    tolerance = 1e-5 if chunk == 0 else 1e-4
+    torch.testing.assert_close(out["log_probs"].detach(), expected, rtol=0, atol=tolerance)
+    torch.testing.assert_close(out["token_entropy"], entropy(logits).float(), rtol=0, atol=tolerance)
+
+
+# ----------------------------------------------------------------------------- chunk size argument
+
+
+def _head_call_widths(model, batch, chunk):
+    widths = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, output: widths.append(args[0].shape[1]))
+    try:
+        out = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=chunk)
+        out["log_probs"].sum().backward()  # recomputation in backward calls the head again
+    finally:
+        hook.remove()
+    return widths, out
+
+
+def test_chunk_size_none_reads_model_config(make_model, batch):
+    model = make_model(torch.float64)
+    T = batch["labels"].shape[1]  # 23
+    widths, _ = _head_call_widths(model, batch, None)  # no config attribute: plain forward
+    assert max(widths) == T
+    model.config.grpo_logits_chunk_size = 5
+    widths, out = _head_call_widths(model, batch, None)
+    assert max(widths) <= 5 and sum(widths) >= T  # ceil(23 / 5) = 5 calls forward (+ recomputation)
+    expected = response_log_probs(model, batch["input_ids"], batch["labels"])
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+    model.config.grpo_logits_chunk_size = 0
+    widths, _ = _head_call_widths(model, batch, None)
+    assert max(widths) == T
+    # an explicit argument wins over the config
+    model.config.grpo_logits_chunk_size = 5
+    widths, _ = _head_call_widths(model, batch, 0)
+    assert max(widths) == T
+    model.config.grpo_logits_chunk_size = -2
+    with pytest.raises(ValueError, match="logits_chunk_size"):
+        get_response_log_probs(model, batch["input_ids"], batch["labels"])
+
+
+@pytest.mark.parametrize("bad", [-1, 2.0, True, "4"])
+def test_invalid_chunk_sizes_raise(make_model, batch, bad):
+    model = make_model(torch.float64)
+    with pytest.raises(ValueError, match="logits_chunk_size"):
+        get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=bad)
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=103, n_embd=16, n_layer=1, n_head=2,
+                                      n_positions=64, bos_token_id=1, eos_token_id=2))
+
+
+def _gemma2():
+    # Gemma 2 soft-caps its logits after the head: scoring lm_head(hidden) directly would be wrong
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    return Gemma2ForCausalLM(Gemma2Config(
+        vocab_size=103, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=8, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2))
+
+
+@pytest.mark.parametrize("build", [_gpt2, _gemma2])
+def test_other_architectures_refuse_to_chunk_but_score_plainly(batch, build):
+    model = build().double().eval()  # eval: GPT-2 has dropout
+    with pytest.raises(ValueError, match="(?i)olmo2|logits_chunk_size"):
+        get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=4)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=0)
+    expected = response_log_probs(model, batch["input_ids"], batch["labels"])
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=103, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2))
+
+
+def _qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=103, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2))
+
+
+@pytest.mark.parametrize("build", [_llama, _qwen2])
+def test_every_architecture_accepted_for_chunking_is_exact(batch, build):
+    # course chunks these besides OLMo2 (logits = lm_head(model.model(x)), no scaling or soft-cap):
+    # chunked values and gradients must equal the model's own forward
+    model = build().double().eval()
+    assert model.config.model_type in CHUNKABLE_MODEL_TYPES
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=4)
+    expected = response_log_probs(model, batch["input_ids"], batch["labels"])
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+    head = model.get_output_embeddings().weight
+    (grad_chunked,) = torch.autograd.grad(out["log_probs"].sum(), head)
+    (grad_plain,) = torch.autograd.grad(expected.sum(), head)
+    torch.testing.assert_close(grad_chunked, grad_plain, rtol=0, atol=1e-12)
+
+
+def test_entropy_of_a_masked_vocabulary_is_finite():
+    # a −inf logit has probability 0 and contributes nothing: H([0, −inf]) = H(one-hot) = 0
+    logits = torch.tensor([[0.0, -float("inf")], [0.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(
+        compute_entropy(logits), torch.tensor([0.0, math.log(2)], dtype=torch.float64), rtol=0, atol=1e-15
+    )
+
+
+def test_mismatched_shapes_raise(make_model, batch):
+    model = make_model(torch.float64)
+    with pytest.raises(ValueError, match="labels|input_ids"):
+        get_response_log_probs(model, batch["input_ids"], batch["labels"][:, :-1])

@@ -1,0 +1,114 @@
+"""grpo_train_step under real torch.distributed: DDP over whole groups = one process on the batch.
+
+Two CPU processes (gloo, torch.multiprocessing, a free localhost port) each take whole groups of the
+rollout batch and run grpo_train_step on a DistributedDataParallel-wrapped float64 model with
+SGD(lr=1). DDP averages the two ranks' gradients, so the step must scale each rank's loss (B and N
+summed over ranks, times the world size) for the update to equal −∇L of the full batch, computed
+here in one process by the naive reference. The ranks' token counts differ (13 vs 25), so a
+token-mode step that used its own rank's count would fail; in the last batch one rank holds only a
+zero-advantage group, skips every row, and must still join the gradient all-reduce.
+"""
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from naive import (
+    full_batch_loss,
+    gradient,
+    make_old_log_probs,
+    make_rollout_batch,
+    relative_difference,
+    reward_fn,
+    tokenize,
+)
+
+from course import grpo_train_step
+from course.models import build_tiny_model_and_tokenizer
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+CONSTANT = 40.0
+WORLD_SIZE = 2
+# (case name, zero-advantage group?, method, loss normalization, gradient accumulation steps)
+CASES = [(f"{method}-{mode}-{zero}", zero, method, mode, gas)
+         for mode in ("token", "sequence", "constant")
+         for zero, method, gas in ((False, "grpo", 2), (True, "none", 1))]
+
+
+def _rank_rows(zero_group: bool, rank: int) -> list[int]:
+    if not zero_group:
+        return list(range(4 * rank, 4 * rank + 4))  # group 0 (13 tokens) | group 1 (25 tokens)
+    return list(range(8)) if rank == 0 else list(range(8, 12))  # groups 0, 1 | zero group
+
+
+def _arguments(method, mode, old):
+    return {
+        "advantage_normalizer": "none",  # exact in float32, see test_train_step.py
+        "importance_reweighting_method": method,
+        "old_log_probs": old if method != "none" else None,
+        "cliprange": 0.2 if method == "grpo" else None,
+        "loss_normalization": mode,
+        "normalization_constant": CONSTANT if mode == "constant" else None,
+    }
+
+
+def _worker(rank: int, port: int, directory: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    try:
+        for name, zero_group, method, mode, gas in CASES:
+            model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
+            batch = make_rollout_batch(zero_group)
+            old = make_old_log_probs(model, batch, tokenizer)  # the full batch's, sliced below
+            rows = _rank_rows(zero_group, rank)
+            mine = {key: [batch[key][i] for i in rows]
+                    for key in ("prompts", "responses", "ground_truths")}
+            width = tokenize(mine["prompts"], mine["responses"], tokenizer)["input_ids"].shape[1]
+            ddp = torch.nn.parallel.DistributedDataParallel(model)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)
+            before = [p.detach().clone() for p in model.parameters()]
+            grpo_train_step(ddp, tokenizer, optimizer, gas, None, reward_fn, mine["prompts"],
+                            mine["responses"], mine["ground_truths"], batch["group_size"],
+                            **_arguments(method, mode, old[rows, :width]))
+            update = [p.detach() - b for p, b in zip(model.parameters(), before)]
+            torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_over_whole_groups_equals_single_process_full_batch(tmp_path):
+    context = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE,
+                                 join=False, start_method="spawn")
+    # a rank that never joins an all-reduce would hang the other: fail instead after a while
+    for _ in range(24):
+        if context.join(timeout=10):
+            break
+    else:
+        for process in context.processes:
+            process.kill()
+        pytest.fail("distributed workers did not finish within 240 s (a rank left a collective?)")
+
+    for name, zero_group, method, mode, _ in CASES:
+        model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
+        batch = make_rollout_batch(zero_group)
+        old = make_old_log_probs(model, batch, tokenizer)
+        loss = full_batch_loss(model, tokenizer, batch, method, mode, old, 0.2, CONSTANT,
+                               normalizer="none")
+        expected = [-g for g in gradient(model, [loss])]
+        assert max(g.abs().max() for g in expected) > 1e-4  # the check is not vacuous
+        for rank in range(WORLD_SIZE):
+            update = torch.load(tmp_path / f"{name}-rank{rank}.pt")
+            assert relative_difference(update, expected) < 1e-10, f"{name} rank {rank}"
