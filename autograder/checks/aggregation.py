@@ -1,0 +1,93 @@
+"""Checks for stage 5: `aggregate_loss_across_microbatch` (SPEC §3)."""
+
+from __future__ import annotations
+
+import torch
+
+from autograder.checks.common import generator, ragged_mask, run_reference
+from autograder.core import Fail, Mistake, case, check, compare_scalar
+from autograder.grader import judge_cases
+
+FN = "aggregate_loss_across_microbatch"
+STEP_TOKENS = 37  # the token count of a whole (imaginary) optimizer step this micro-batch belongs to
+
+
+@case(f"{FN}/batch", expected=lambda inputs: torch.stack([
+    run_reference(FN, {**inputs, "loss_normalization": "sequence"}),
+    run_reference(FN, {**inputs, "loss_normalization": "token", "normalization_constant": STEP_TOKENS}),
+    run_reference(FN, {**inputs, "loss_normalization": "constant", "normalization_constant": 24.0}),
+]).detach())
+def make_batch(seed: int) -> dict:
+    g = generator(seed + 400)
+    loss = torch.randn(5, 6, generator=g, dtype=torch.float64)
+    return {"per_token_policy_gradient_loss": loss, "mask": ragged_mask(5, 6, g, empty_row=True)}
+
+
+def _pieces(inputs):
+    loss, mask = inputs["per_token_policy_gradient_loss"], inputs["mask"].double()
+    return loss, mask, (loss * mask).sum(1), mask.sum(1)
+
+
+def _call(ctx, inputs, mode, constant=None):
+    kwargs = {**inputs, "loss_normalization": mode}
+    if constant is not None:
+        kwargs["normalization_constant"] = constant
+    return ctx.call(FN, kwargs)["output"]
+
+
+@check(FN, "sequence: mean over all B sequences of each sequence's masked mean", points=2)
+def sequence_mode(ctx) -> None:
+    def judge(run):
+        loss, mask, sums, lengths = _pieces(run.inputs)
+        non_empty = lengths > 0
+        compare_scalar(_call(ctx, run.inputs, "sequence"), float(run.expected[0]), "sequence-normalized loss", [
+            Mistake("the empty sequence left out of B", "a sequence with no response tokens counts as 0 and "
+                    "still counts in B: divide by B", lambda: (sums[non_empty] / lengths[non_empty]).mean()),
+            Mistake("one mean over all response tokens (token normalization)",
+                    "average each sequence over its own tokens, then average the B sequences",
+                    lambda: sums.sum() / mask.sum()),
+            Mistake("each sequence averaged over all T positions (padding included)",
+                    "divide each sequence's masked sum by its own number of response tokens",
+                    lambda: (sums / loss.shape[1]).mean()),
+            Mistake("the per-sequence means summed instead of averaged", "divide by B",
+                    lambda: (sums / lengths.clamp_min(1)).sum())], rtol=1e-9, atol=1e-12)
+    judge_cases(ctx, f"{FN}/batch", judge)
+
+
+@check(FN, "token: masked sum / the step's token count (not this micro-batch's)", points=1)
+def token_mode(ctx) -> None:
+    def judge(run):
+        loss, mask, sums, lengths = _pieces(run.inputs)
+        compare_scalar(_call(ctx, run.inputs, "token", STEP_TOKENS), float(run.expected[1]), "token-normalized loss", [
+            Mistake("per-micro-batch token normalization (dividing by this micro-batch's own token count)",
+                    "divide by normalization_constant, the token count of the whole optimizer step",
+                    lambda: sums.sum() / mask.sum()),
+            Mistake("an unmasked sum", "multiply by the mask before summing",
+                    lambda: loss.sum() / STEP_TOKENS)], rtol=1e-9, atol=1e-12)
+    judge_cases(ctx, f"{FN}/batch", judge)
+
+
+@check(FN, "constant: masked sum / normalization_constant (Dr. GRPO)", points=1)
+def constant_mode(ctx) -> None:
+    def judge(run):
+        loss, mask, sums, lengths = _pieces(run.inputs)
+        compare_scalar(_call(ctx, run.inputs, "constant", 24.0), float(run.expected[2]), "constant-normalized loss", [
+            Mistake("a masked mean instead of the masked sum over the constant", "divide the masked sum by the constant",
+                    lambda: sums.sum() / mask.sum()),
+            Mistake("an unmasked sum", "multiply by the mask before summing", lambda: loss.sum() / 24.0)],
+            rtol=1e-9, atol=1e-12)
+    judge_cases(ctx, f"{FN}/batch", judge)
+
+
+@check(FN, "non-positive or missing constants raise ValueError", points=1)
+def bad_constant(ctx) -> None:
+    inputs = make_batch(0)
+    for mode, constant in (("constant", 0), ("constant", -3.0), ("constant", None), ("token", 0)):
+        kwargs = {**inputs, "loss_normalization": mode}
+        if constant is not None:
+            kwargs["normalization_constant"] = constant
+        response = ctx.outcome(FN, kwargs)
+        if response.get("status") == "ok" or not response.get("is_value_error"):
+            raise Fail(f"loss_normalization={mode!r} with normalization_constant={constant!r} should raise "
+                       "ValueError, got " + ("a result" if response.get("status") == "ok"
+                                             else str(response.get("error_type"))))

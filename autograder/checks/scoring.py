@@ -1,0 +1,204 @@
+"""Checks for stage 2: `compute_entropy` and `get_response_log_probs` (SPEC §3)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from autograder.checks.common import generator, rng, run_reference
+from autograder.core import Fail, Mistake, case, check, compare, field, tensor
+from autograder.grader import judge_cases
+from autograder.objects import build_model, build_tokenizer, model_marker
+
+ENTROPY = "compute_entropy"
+LOG_PROBS = "get_response_log_probs"
+
+
+def _natural_entropy(logits: torch.Tensor) -> torch.Tensor:
+    log_p = torch.log_softmax(logits.double(), dim=-1)
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+@case(f"{ENTROPY}/logits", expected=lambda inputs: run_reference(ENTROPY, inputs))
+def make_logits(seed: int) -> dict:
+    g = generator(seed)
+    logits = torch.randn(2, 3, 11, generator=g, dtype=torch.float64) * 3
+    logits[1, 2] = torch.linspace(-5, 5, 11, dtype=torch.float64)
+    return {"logits": logits}
+
+
+@check(ENTROPY, "values match the reference", points=2)
+def entropy_values(ctx) -> None:
+    def judge(run):
+        got = ctx.call(ENTROPY, run.inputs)["output"]
+        compare(got, run.expected, "entropy", [
+            Mistake("log base 2", "use the natural log (nats): torch.log / logsumexp",
+                    lambda: run.expected / math.log(2)),
+            Mistake("Σ p·log p without the minus sign", "entropy is −Σ p·log p",
+                    lambda: -run.expected),
+            Mistake("entropy over the wrong axis", "reduce over the last (vocabulary) axis, dim=-1",
+                    lambda: _natural_entropy(run.inputs["logits"].transpose(-1, -2))),
+        ])
+    judge_cases(ctx, f"{ENTROPY}/logits", judge)
+
+
+@check(ENTROPY, "stable for large logits (logsumexp form)", points=1)
+def entropy_stable(ctx) -> None:
+    g = generator(ctx.grader.seed)
+    # k tied top logits near 1000 (entropy ≈ log k) and the rest far below, where softmax underflows
+    logits = 1000 - 500 * torch.rand(3, 50, generator=g) - 100
+    for row, k in enumerate((2, 5, 9)):
+        logits[row, :k] = 1000 + 0.5 * torch.rand(k, generator=g)
+    expected = _natural_entropy(logits)
+    got = tensor(ctx.call(ENTROPY, {"logits": logits})["output"], "entropy")
+    if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
+        raise Fail("entropy is NaN/inf for logits of size ~1e3: softmax underflows to 0 and "
+                   "0·log 0 = NaN; fix: H = logsumexp(z) − Σ softmax(z)·z")
+    compare(got, expected.to(got.dtype), "entropy of large logits", rtol=1e-4, atol=1e-3)
+
+
+@check(ENTROPY, "keeps the leading shape; float32/float64 keep their dtype, half becomes float32", points=1)
+def entropy_shape(ctx) -> None:
+    g = generator(7)
+    for shape, dtype, want in (((5, 9), torch.float32, torch.float32), ((2, 3, 4, 9), torch.float64, torch.float64),
+                               ((4, 9), torch.bfloat16, torch.float32)):
+        got = tensor(ctx.call(ENTROPY, {"logits": torch.randn(*shape, generator=g).to(dtype)})["output"], "entropy")
+        if tuple(got.shape) != shape[:-1]:
+            raise Fail(f"logits {shape} gave entropy of shape {tuple(got.shape)}, expected {shape[:-1]}")
+        if got.dtype != want:
+            raise Fail(f"{dtype} logits gave {got.dtype} entropy, expected {want}")
+
+
+def _scoring_batch(seed: int, lengths_max: int = 12) -> dict:
+    r = rng(seed)
+    tokenizer = build_tokenizer()
+    rows = [tokenizer.encode("".join(r.choice("abcdef0123+=") for _ in range(r.randint(3, lengths_max))),
+                             add_special_tokens=False) for _ in range(3)]
+    length = max(map(len, rows))
+    ids = torch.full((3, length), tokenizer.pad_token_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+    return {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
+
+
+@case(f"{LOG_PROBS}/float64", expected=lambda inputs: run_reference(LOG_PROBS, inputs))
+def make_scoring(seed: int) -> dict:
+    return {"model": model_marker(seed, "float64"), **_scoring_batch(seed),
+            "return_token_entropy": True}
+
+
+def _model_logits(inputs: dict) -> torch.Tensor:
+    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"])
+    with torch.no_grad():
+        return model(inputs["input_ids"]).logits.float() if inputs["model"]["dtype"] != "float64" \
+            else model(inputs["input_ids"]).logits
+
+
+def _log_prob_mistakes(inputs: dict, expected: torch.Tensor) -> list:
+    def at_inputs():
+        return torch.log_softmax(_model_logits(inputs), -1).gather(-1, inputs["input_ids"].unsqueeze(-1)).squeeze(-1)
+    return [
+        Mistake("probabilities instead of log-probabilities", "return log π = z_y − logsumexp(z)",
+                lambda: expected.exp()),
+        Mistake("gathering at input_ids instead of labels", "gather the log-probs of `labels`",
+                at_inputs),
+        Mistake("raw logits of the label, not normalized", "subtract logsumexp(z) over the vocabulary",
+                lambda: _model_logits(inputs).gather(-1, inputs["labels"].unsqueeze(-1)).squeeze(-1)),
+    ]
+
+
+@check(LOG_PROBS, "log_probs match the reference and carry gradient", points=2)
+def log_prob_values(ctx) -> None:
+    def judge(run):
+        response = ctx.call(LOG_PROBS, run.inputs)
+        log_probs = field(response["output"], "log_probs", f"the result of {LOG_PROBS}")
+        compare(log_probs, run.expected["log_probs"], "log_probs",
+                _log_prob_mistakes(run.inputs, run.expected["log_probs"]))
+        if not response["requires_grad"].get("log_probs", False):
+            raise Fail("log_probs has no gradient: the train step backpropagates through it; "
+                       "do not score under torch.no_grad() or .detach() it")
+    judge_cases(ctx, f"{LOG_PROBS}/float64", judge)
+
+
+@check(LOG_PROBS, "token_entropy matches and is computed without autograd", points=1)
+def token_entropy(ctx) -> None:
+    def judge(run):
+        response = ctx.call(LOG_PROBS, run.inputs)
+        entropy = field(response["output"], "token_entropy", "the result with return_token_entropy=True")
+        compare(entropy, run.expected["token_entropy"], "token_entropy", [
+            Mistake("entropy of the label distribution's log-prob (−log π)", "use compute_entropy on the logits",
+                    lambda: -run.expected["log_probs"])])
+        if response["requires_grad"].get("token_entropy", False):
+            raise Fail("token_entropy requires grad: it is a logged metric; compute it under "
+                       "torch.no_grad() (or from detached logits) so it keeps no autograd graph")
+    judge_cases(ctx, f"{LOG_PROBS}/float64", judge)
+
+
+@check(LOG_PROBS, "chunked output head (logits_chunk_size > 0) equals the plain forward", points=1)
+def chunked(ctx) -> None:
+    inputs = make_scoring(ctx.grader.seed)
+    expected = run_reference(LOG_PROBS, inputs)
+    for size in (1, 4, 1000):
+        got = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size})["output"]
+        compare(field(got, "log_probs", "the result"), expected["log_probs"],
+                f"log_probs with logits_chunk_size={size}")
+        compare(field(got, "token_entropy", "the result"), expected["token_entropy"],
+                f"token_entropy with logits_chunk_size={size}")
+
+
+@check(LOG_PROBS, "invalid logits_chunk_size raises ValueError", points=1)
+def bad_chunk(ctx) -> None:
+    inputs = make_scoring(0)
+    for size in (-1, 2.5):
+        response = ctx.outcome(LOG_PROBS, {**inputs, "logits_chunk_size": size})
+        if response.get("status") == "ok" or not response.get("is_value_error"):
+            raise Fail(f"logits_chunk_size={size!r} should raise ValueError, got "
+                       + ("a result" if response.get("status") == "ok" else str(response.get("error_type"))))
+
+
+@check(LOG_PROBS, "a bfloat16 model is scored in float32", points=1)
+def half_precision(ctx) -> None:
+    inputs = {"model": model_marker(ctx.grader.seed % 7, "bfloat16"), **_scoring_batch(ctx.grader.seed, 30)}
+    model = build_model(inputs["model"]["seed"], "bfloat16", ctx.device)  # same device: same rounding
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the worker's thread count, so the bf16 logits round the same way
+    try:
+        with torch.no_grad():
+            logits = model(inputs["input_ids"].to(ctx.device)).logits.cpu()  # (B, T, V) bf16
+    finally:
+        torch.set_num_threads(threads)
+    labels = inputs["labels"].unsqueeze(-1)
+    expected = (logits.float().gather(-1, labels) - torch.logsumexp(logits.float(), -1, keepdim=True)).squeeze(-1)
+    half = torch.log_softmax(logits, -1).gather(-1, labels).squeeze(-1)
+    got = tensor(field(ctx.call(LOG_PROBS, inputs, no_grad=True)["output"], "log_probs", "the result"), "log_probs")
+    if got.dtype != torch.float32:
+        raise Fail(f"log_probs of a bfloat16 model are {got.dtype}: this looks like the log-softmax "
+                   "materialized in half precision; fix: upcast the logits with .float() before logsumexp")
+    compare(got, expected, "log_probs of a bfloat16 model", [
+        Mistake("log-softmax materialized in half precision",
+                "upcast the logits with .float() before logsumexp/log_softmax", lambda: half.float())],
+        rtol=0, atol=2e-3)
+
+
+@check(LOG_PROBS, "chunked scoring bounds peak GPU memory (cuda)", points=1, needs_cuda=True)
+def chunked_memory(ctx) -> None:
+    """At a realistic vocabulary, one (B, chunk, V) block instead of (B, T, V) logits."""
+    g = generator(ctx.grader.seed)
+    vocab = 65536
+    ids = torch.randint(7, 100, (4, 513), generator=g)
+    inputs = {"model": model_marker(0, "float32", vocab_size=vocab), "input_ids": ids[:, :-1],
+              "labels": ids[:, 1:]}
+    peaks, outputs = {}, {}
+    for size in (0, 32):
+        response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size}, measure_cuda_memory=True,
+                            backward={"path": "log_probs", "cotangent": torch.ones(4, 512)})
+        peaks[size] = int(response.get("peak_bytes", 0))
+        outputs[size] = field(response["output"], "log_probs", "the result")
+    compare(outputs[32], tensor(outputs[0], "log_probs"), "chunked log_probs", rtol=1e-5, atol=1e-5)
+    logits_bytes = 4 * 512 * vocab * 4
+    if peaks[32] > 0.25 * max(peaks[0], logits_bytes):
+        raise Fail(f"with logits_chunk_size=32 the peak extra memory is {peaks[32] / 2**20:.0f} MiB, "
+                   f"against {peaks[0] / 2**20:.0f} MiB unchunked ({logits_bytes / 2**20:.0f} MiB of logits): "
+                   "run the output head chunk by chunk inside torch.utils.checkpoint so that backward "
+                   "recomputes each chunk instead of keeping all of them")

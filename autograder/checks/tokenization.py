@@ -1,0 +1,124 @@
+"""Checks for stage 1: `tokenize_prompt_and_output` (SPEC §3)."""
+
+from __future__ import annotations
+
+import torch
+
+from autograder.checks.common import rng, run_reference
+from autograder.core import Fail, Mistake, case, check, compare, field, tensor
+from autograder.grader import judge_cases
+from autograder.objects import TOKENIZER, build_tokenizer
+
+FN = "tokenize_prompt_and_output"
+KEYS = ("input_ids", "labels", "response_mask")
+ALPHABET = "abcdefghij0123456789 +=?"
+
+
+def _text(r, low: int, high: int) -> str:
+    return "".join(r.choice(ALPHABET) for _ in range(r.randint(low, high)))
+
+
+@case(f"{FN}/batch", expected=lambda inputs: run_reference(FN, inputs))
+def make_batch(seed: int) -> dict:
+    r = rng(seed)
+    prompts = [f"Q: {_text(r, 1, 8)}?" for _ in range(4)]
+    outputs = [_text(r, 1, 9) for _ in range(3)] + [f"<think>{_text(r, 0, 3)}</think><answer>7</answer>"]
+    order = list(range(4))
+    r.shuffle(order)
+    return {"prompt_strs": [prompts[i] for i in order], "output_strs": [outputs[i] for i in order],
+            "tokenizer": TOKENIZER}
+
+
+def _pieces(inputs: dict):
+    """Trusted token ids of each prompt and output, and the padded full sequences (B, L)."""
+    tokenizer = build_tokenizer()
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in inputs["prompt_strs"]]
+    outputs = [tokenizer.encode(o, add_special_tokens=False) for o in inputs["output_strs"]]
+    length = max(len(p) + len(o) for p, o in zip(prompts, outputs))
+    full = torch.full((len(prompts), length), tokenizer.pad_token_id, dtype=torch.long)
+    is_output = torch.zeros_like(full)
+    is_real = torch.zeros_like(full)
+    for i, (p, o) in enumerate(zip(prompts, outputs)):
+        full[i, : len(p) + len(o)] = torch.tensor(p + o)
+        is_output[i, len(p): len(p) + len(o)] = 1
+        is_real[i, : len(p) + len(o)] = 1
+    return full, is_output, is_real
+
+
+def _mask_mistakes(inputs: dict) -> list:
+    full, is_output, is_real = _pieces(inputs)
+    through_end = (is_output.cumsum(dim=1) > 0).long()
+    return [
+        Mistake("prompt tokens in the mask", "set the mask to 1 only on output tokens, 0 on the prompt",
+                lambda: is_real[:, 1:]),
+        Mistake("padding in the mask", "padded positions must be 0 in response_mask",
+                lambda: through_end[:, 1:]),
+        Mistake("a mask that is not shifted with the labels",
+                "take the mask of the full sequence from position 1 on (mask[:, 1:]), like the labels",
+                lambda: is_output[:, :-1]),
+    ]
+
+
+def _judge_batch(output, inputs: dict, expected: dict) -> None:
+    full, _, _ = _pieces(inputs)
+    eos = build_tokenizer().eos_token_id
+    for key in KEYS:
+        got = tensor(field(output, key, f"the result of {FN}"), key)
+        if key != "response_mask" and got.ndim == 2 and got.shape[1] == full.shape[1]:
+            raise Fail(f"{key} has L = {full.shape[1]} columns: a causal LM predicts token t+1 from "
+                       "tokens ≤ t, so input_ids = sequence[:, :-1] and labels = sequence[:, 1:]")
+    padded_eos = torch.where(expected["input_ids"] == build_tokenizer().pad_token_id, eos,
+                             expected["input_ids"])
+    compare(output["input_ids"], expected["input_ids"], "input_ids", [
+        Mistake("padding with eos instead of the tokenizer's pad id",
+                "pad with tokenizer.pad_token_id (eos only when there is no pad token)",
+                lambda: padded_eos)])
+    compare(output["labels"], expected["labels"], "labels", [
+        Mistake("missing label shift (labels equal input_ids)",
+                "labels are the sequence shifted left by one: labels = sequence[:, 1:]",
+                lambda: full[:, :-1])])
+    compare(output["response_mask"], expected["response_mask"], "response_mask", _mask_mistakes(inputs))
+
+
+@check(FN, "returns input_ids, labels and response_mask, each (B, L-1) and integer", points=1)
+def shapes(ctx) -> None:
+    inputs = make_batch(0)
+    output = ctx.call(FN, inputs)["output"]
+    full, _, _ = _pieces(inputs)
+    for key in KEYS:
+        got = tensor(field(output, key, f"the result of {FN}"), key)
+        if tuple(got.shape) != (full.shape[0], full.shape[1] - 1):
+            raise Fail(f"{key} has shape {tuple(got.shape)}, expected (B, L-1) = "
+                       f"{(full.shape[0], full.shape[1] - 1)} with L the longest prompt+output")
+        if got.dtype.is_floating_point:
+            raise Fail(f"{key} is {got.dtype}; token ids and the mask must be integer (or bool) tensors")
+
+
+@check(FN, "values match the reference", points=3)
+def values(ctx) -> None:
+    judge_cases(ctx, f"{FN}/batch",
+                lambda run: _judge_batch(ctx.call(FN, run.inputs)["output"], run.inputs, run.expected))
+
+
+@check(FN, "response_mask is 1 exactly on the output tokens' labels", points=1)
+def mask_property(ctx) -> None:
+    inputs = make_batch(ctx.grader.seed)
+    output = ctx.call(FN, inputs)["output"]
+    mask = tensor(field(output, "response_mask", f"the result of {FN}"), "response_mask").long()
+    labels = tensor(field(output, "labels", f"the result of {FN}"), "labels")
+    tokenizer = build_tokenizer()
+    for row, text in enumerate(inputs["output_strs"]):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if mask.ndim != 2 or row >= mask.shape[0] or int(mask[row].sum()) != len(ids):
+            raise Fail(f"row {row}: the output has {len(ids)} tokens, but response_mask has "
+                       f"{int(mask[row].sum()) if mask.ndim == 2 and row < mask.shape[0] else '?'} ones")
+        if labels[row][mask[row].bool()].tolist() != ids:
+            raise Fail(f"row {row}: the labels under response_mask are not the output's tokens")
+
+
+@check(FN, "prompts and outputs of different lengths raise ValueError", points=1)
+def bad_input(ctx) -> None:
+    response = ctx.outcome(FN, {"prompt_strs": ["a", "b"], "output_strs": ["c"], "tokenizer": TOKENIZER})
+    if response.get("status") == "ok" or not response.get("is_value_error"):
+        raise Fail("2 prompts with 1 output should raise ValueError naming the arguments, got "
+                   + ("a result" if response.get("status") == "ok" else str(response.get("error_type"))))

@@ -1,0 +1,307 @@
+"""Checks for stage 6: `grpo_train_step` (SPEC §3).
+
+Every update is measured exactly: a float64 tiny OLMo2, plain SGD with lr = 1, so the parameter
+change is minus the (clipped) gradient. Wrong normalizations are diagnosed from per-row gradients:
+with g_i the gradient of row i's masked loss sum, every normalization, right or wrong, is a
+weighted sum Σ w_i g_i, so the judge can compute what each known mistake would have produced.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from autograder.checks.common import rng
+from autograder.core import (
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare,
+    compare_scalar,
+    field,
+    item,
+    tensor,
+)
+from autograder.grader import judge_cases
+from autograder.objects import TOKENIZER, build_tokenizer, model_marker, resolve, reward_fn
+from autograder.reference import reference
+
+FN = "grpo_train_step"
+MODEL = model_marker(0, "float64")
+GROUP = 2
+MODES = ("sequence", "token", "constant", "grpo")
+CONSTANT = 40.0
+EPS = 0.2
+
+
+def _rollouts(seed: int) -> dict:
+    """4 groups of 2 ragged responses; the third group's rewards are equal (zero advantage)."""
+    r = rng(seed + 500)
+    prompts, responses, truths = [], [], []
+    for group in range(4):
+        a, b = r.randint(0, 49), r.randint(0, 49)
+        truth = str(a + b)
+        for member in range(GROUP):
+            filler = "".join(r.choice("0123456789 +") for _ in range(r.randint(0, 8)))
+            right = (member == 0) != (group == 1)
+            answer = truth if right and group != 2 else str(a + b + 1 + member)
+            responses.append(f"<think>{filler}</think><answer>{answer}</answer>" if group != 3 or member
+                             else filler + answer)
+            prompts.append(f"{a}+{b}=")
+            truths.append(truth)
+    return {"repeated_prompts": prompts, "rollout_responses": responses,
+            "repeated_ground_truths": truths, "group_size": GROUP}
+
+
+def _tokenized(inputs: dict) -> dict:
+    return reference("tokenize_prompt_and_output")(inputs["repeated_prompts"], inputs["rollout_responses"],
+                                                    build_tokenizer())
+
+
+def mode_kwargs(inputs: dict, mode: str, steps: int = 1, max_grad_norm=None) -> dict:
+    kwargs = {**inputs, "gradient_accumulation_steps": steps, "max_grad_norm": max_grad_norm}
+    if mode == "grpo":
+        batch = _tokenized(inputs)
+        g = torch.Generator().manual_seed(len(inputs["rollout_responses"][0]) * 7919 + 1)
+        vocab = len(build_tokenizer())
+        old = -math.log(vocab) + 0.15 * torch.randn(batch["labels"].shape, generator=g, dtype=torch.float64)
+        kwargs.update(loss_normalization="token", importance_reweighting_method="grpo",
+                      old_log_probs=old, cliprange=EPS)
+    else:
+        kwargs["loss_normalization"] = mode
+        if mode == "constant":
+            kwargs["normalization_constant"] = CONSTANT
+    return kwargs
+
+
+def reference_step(kwargs: dict) -> dict:
+    """The reference's update on a fresh model (SGD, lr = 1), in this trusted process."""
+    model = resolve(MODEL)
+    before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    loss, metadata = reference(FN)(model=model, optimizer=optimizer, tokenizer=resolve(TOKENIZER),
+                                   reward_fn=reward_fn, **resolve(kwargs))
+    after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    plain = {k: float(v) for k, v in metadata.items() if isinstance(v, (int, float, torch.Tensor))}
+    return {"delta": after - before, "loss": float(loss), "metadata": plain}
+
+
+@case(f"{FN}/rollouts", expected=lambda inputs: {
+    mode: reference_step(mode_kwargs(inputs, mode)) for mode in MODES})
+def make_rollouts(seed: int) -> dict:
+    return _rollouts(seed)
+
+
+# ---- diagnosing from per-row gradients ---------------------------------------------------------
+def row_gradients(kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, P) gradients of each row's masked loss sum, (B,) token counts, (B,) advantages."""
+    model = resolve(MODEL)
+    rewards, _ = reference("compute_rollout_rewards")(reward_fn, kwargs["rollout_responses"],
+                                                      kwargs["repeated_ground_truths"])
+    advantages, _ = reference("compute_group_normalized_rewards")(rewards, kwargs["group_size"])
+    batch = _tokenized(kwargs)
+    rows = []
+    for i in range(len(advantages)):
+        model.zero_grad(set_to_none=False)
+        scored = reference("get_response_log_probs")(model, batch["input_ids"][i:i + 1], batch["labels"][i:i + 1])
+        old = kwargs.get("old_log_probs")
+        loss, _ = reference("compute_policy_gradient_loss")(
+            advantages[i:i + 1], scored["log_probs"], kwargs.get("importance_reweighting_method", "none"),
+            old[i:i + 1] if old is not None else None, kwargs.get("cliprange"), batch["response_mask"][i:i + 1])
+        (loss * batch["response_mask"][i:i + 1]).sum().backward()
+        rows.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).clone()
+                               for p in model.parameters()]))
+    return torch.stack(rows), batch["response_mask"].sum(1).double(), advantages.double()
+
+
+def _split(batch: int, steps: int) -> list:
+    size = -(-batch // steps)
+    return [list(range(s, min(s + size, batch))) for s in range(0, batch, size)]
+
+
+def normalization_mistakes(kwargs: dict, steps: int, mode: str) -> list:
+    """The updates the known normalization mistakes give with `steps` micro-batches."""
+    cache = {}
+
+    def rows():
+        if not cache:
+            cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
+        return cache["g"], cache["n"], cache["a"]
+
+    def local_token(divide_by_steps: bool):
+        g, n, _ = rows()
+        total = sum(g[m].sum(0) / n[m].sum().clamp_min(1) for m in _split(len(n), steps))
+        return -total / (steps if divide_by_steps else 1)
+
+    def correct():
+        g, n, a = rows()
+        if mode == "sequence":
+            return -(g / n.clamp_min(1)[:, None]).sum(0) / len(n)
+        return -g.sum(0) / (CONSTANT if mode == "constant" else n.sum())
+
+    def active_only():
+        g, n, a = rows()
+        active = a != 0
+        if mode == "sequence":
+            return -(g / n.clamp_min(1)[:, None]).sum(0) / int(active.sum())
+        return -g.sum(0) / n[active].sum()
+
+    mistakes = [
+        Mistake("per-micro-batch token normalization (each micro-batch divided by its own token count, "
+                "then by the number of accumulation steps)",
+                "divide every micro-batch's masked loss sum by N, the response-token count of the whole "
+                "optimizer step, counted before the loop", lambda: local_token(True)),
+        Mistake("per-micro-batch token normalization without the division by accumulation steps",
+                "divide every micro-batch's masked loss sum by N, the token count of the whole step",
+                lambda: local_token(False)),
+        Mistake("dividing by the number of accumulation steps twice",
+                "the step-level normalization already accounts for the micro-batches: do not also divide "
+                "by gradient_accumulation_steps", lambda: correct() / steps),
+        Mistake("a normalization that counts only rows with non-zero advantage",
+                "count every row (and every token) of the step, also the zero-advantage ones you skip",
+                active_only),
+    ]
+    if mode == "sequence":
+        mistakes.append(Mistake("token normalization instead of sequence normalization",
+                                "average each sequence over its tokens, then over the B sequences",
+                                lambda: -rows()[0].sum(0) / rows()[1].sum()))
+    return mistakes if steps > 1 else mistakes[3:]
+
+
+def _delta(run: dict, what: str) -> torch.Tensor:
+    if run.get("status") != "ok":
+        from autograder.grader import describe_error
+        raise Fail(f"{what}: {describe_error(FN, run)}")
+    return tensor(run.get("delta"), "the parameter update")
+
+
+def _compare_update(got: torch.Tensor, expected: torch.Tensor, what: str, mistakes, rtol: float = 1e-5) -> None:
+    scale = float(expected.abs().max())
+    if float(got.abs().max()) == 0 and scale > 0:
+        raise Fail(f"{what}: the parameters did not change (was optimizer.step() called, after backward?)")
+    # Olmo2's RMSNorm computes in float32 even in a float64 model: updates agree to ~1e-7, not 1e-15
+    compare(got, expected, what, mistakes, rtol=rtol, atol=1e-6 * scale)
+
+
+@check(FN, "full-batch update matches the reference (sequence, token, constant, grpo-clip)", points=3)
+def full_batch(ctx) -> None:
+    def judge(run):
+        runs = ctx.train_steps([mode_kwargs(run.inputs, mode) for mode in MODES], MODEL)
+        for mode, result in zip(MODES, runs):
+            kwargs = mode_kwargs(run.inputs, mode)
+            _compare_update(_delta(result, f"{mode} mode"), run.expected[mode]["delta"],
+                            f"the {mode}-mode update", normalization_mistakes(kwargs, 1, mode))
+    judge_cases(ctx, f"{FN}/rollouts", judge)
+
+
+@check(FN, "update independent of micro-batching", points=3)
+def micro_batching(ctx) -> None:
+    """The regression for the gradient-accumulation normalization bug (SPEC §4)."""
+    stored = ctx.cases(f"{FN}/rollouts")[0]
+    plan = [(mode, steps) for mode in ("sequence", "token", "constant") for steps in (1, 2, 4, 8)]
+    runs = ctx.train_steps([mode_kwargs(stored.inputs, mode, steps) for mode, steps in plan], MODEL)
+    for (mode, steps), result in zip(plan, runs):
+        what = f"{mode} mode, gradient_accumulation_steps={steps}"
+        _compare_update(_delta(result, what), stored.expected[mode]["delta"],
+                        f"the update with {what} (ragged response lengths)",
+                        normalization_mistakes(mode_kwargs(stored.inputs, mode), steps, mode))
+
+
+@check(FN, "data-parallel update (2 gloo ranks, DDP) equals the single-process update", points=2)
+def data_parallel(ctx) -> None:
+    if ctx.in_process:
+        raise Fail("runs only under `pytest autograder` (it starts data-parallel processes)")
+    stored = ctx.cases(f"{FN}/rollouts")[0]
+    for mode in ("token", "sequence"):
+        full = mode_kwargs(stored.inputs, mode, 1)
+        half = len(full["rollout_responses"]) // 2
+        shards = []
+        for rank in range(2):
+            shard = {**full, "gradient_accumulation_steps": 2}
+            for key in ("repeated_prompts", "rollout_responses", "repeated_ground_truths"):
+                shard[key] = full[key][rank * half:(rank + 1) * half]
+            shards.append(shard)
+        results = ctx.train_steps(shards, MODEL, ddp=True, timeout=ctx.grader.probe_timeout)
+        expected = stored.expected[mode]["delta"]
+        for rank, result in enumerate(results):
+            got = _delta(result, f"{mode} mode on rank {rank}")
+            mistakes = [Mistake("per-rank normalization (token or sequence counts not summed over ranks, "
+                                "or the loss not multiplied by the world size)",
+                                "all-reduce the step's token/sequence count over ranks and multiply each "
+                                "rank's loss by the world size, since DDP averages gradients",
+                                lambda expected=expected: expected / 2)]
+            if mode == "token":
+                mistakes.append(Mistake(
+                    "token counts not summed over ranks", "all-reduce (SUM) the response-token count before "
+                    "normalizing", lambda full=full, half=half: _per_rank_token_update(full, half)))
+            _compare_update(got, expected, f"the {mode}-mode update on rank {rank} of 2", mistakes)
+
+
+def _per_rank_token_update(full: dict, half: int) -> torch.Tensor:
+    g, n, _ = row_gradients(full)
+    return -(g[:half].sum(0) / n[:half].sum() + g[half:].sum(0) / n[half:].sum())  # DDP mean × world size
+
+
+@check(FN, "metadata: loss, gradient_norm, reward means, response_token_count", points=1)
+def metadata(ctx) -> None:
+    stored = ctx.cases(f"{FN}/rollouts")[0]
+    result = ctx.train_steps([mode_kwargs(stored.inputs, "token")], MODEL)[0]
+    _delta(result, "token mode")
+    expected = stored.expected["token"]
+    output = result.get("output")
+    meta = item(output, 1, 2, f"the result of {FN}")
+    compare_scalar(item(output, 0, 2, "the result"), expected["loss"], "the returned loss", rtol=1e-6)
+    for key in ("loss", "gradient_norm", "reward_mean", "format_reward_mean", "answer_reward_mean",
+                "advantage_mean", "response_token_count"):
+        compare_scalar(field(meta, key, "the metadata"), expected["metadata"][key], f"metadata[{key!r}]",
+                       rtol=1e-6)
+
+
+@check(FN, "clips the global gradient norm to max_grad_norm", points=1)
+def clipping(ctx) -> None:
+    stored = ctx.cases(f"{FN}/rollouts")[0]
+    expected = stored.expected["sequence"]["delta"]
+    norm = float(expected.norm())
+    result = ctx.train_steps([mode_kwargs(stored.inputs, "sequence", 2, max_grad_norm=norm / 4)], MODEL)[0]
+    got = _delta(result, "with max_grad_norm")
+    clipped = expected / 4
+    _compare_update(got, clipped, "the clipped update", [
+        Mistake("clipping not applied", "call torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm) "
+                "after the last backward and before optimizer.step()", lambda: expected)],
+        rtol=1e-4)  # clip_grad_norm_ scales by max_norm / (norm + 1e-6)
+    meta = item(result.get("output"), 1, 2, "the result")
+    compare_scalar(field(meta, "gradient_norm", "the metadata"), norm, "metadata['gradient_norm'] (before clipping)",
+                   [Mistake("the norm after clipping", "report the norm clip_grad_norm_ returns (before clipping)",
+                            lambda: torch.tensor(norm / 4, dtype=torch.float64))], rtol=1e-6)
+
+
+@check(FN, "a non-finite loss raises RuntimeError before the optimizer step", points=1)
+def non_finite(ctx) -> None:
+    stored = ctx.cases(f"{FN}/rollouts")[0]
+    kwargs = mode_kwargs(stored.inputs, "grpo")
+    mask = _tokenized(stored.inputs)["response_mask"]
+    old = kwargs["old_log_probs"].clone()
+    old[0, int(mask[0].nonzero()[0])] = -1e4  # ratio exp(1e4) = inf on a response token of a graded row
+    kwargs.update(old_log_probs=old, importance_reweighting_method="noclip", cliprange=None)
+    result = ctx.train_steps([kwargs], MODEL)[0]
+    if result.get("status") == "ok":
+        raise Fail("an infinite importance ratio gave no error: check the loss (or the gradient norm) is "
+                   "finite and raise RuntimeError before optimizer.step()")
+    if not result.get("is_runtime_error"):
+        raise Fail(f"a non-finite loss should raise RuntimeError, got {result.get('error_type')}: "
+                   f"{result.get('message')}")
+    delta = result.get("delta")
+    if type(delta) is torch.Tensor and bool((delta != 0).any()):
+        raise Fail("RuntimeError was raised, but only after the parameters changed: check before optimizer.step()")
+
+
+@check(FN, "leaves no gradients behind after the step", points=1)
+def zeroed(ctx) -> None:
+    stored = ctx.cases(f"{FN}/rollouts")[0]
+    result = ctx.train_steps([mode_kwargs(stored.inputs, "sequence", 2)], MODEL)[0]
+    _delta(result, "sequence mode")
+    if result.get("grads_left"):
+        raise Fail("parameters still hold gradients after the step: call optimizer.zero_grad() after "
+                   "optimizer.step(), or the next step accumulates onto them")

@@ -1,0 +1,112 @@
+"""`pytest autograder`: options, the session's grader, results.json, and the score table.
+
+    pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto] [-k NAME]
+
+Each check is one pytest test (`autograder/test_checks.py`); a check that loses points is a failed
+test, so the reference (`--submission course`) exits 0 and anything short of full marks exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("autograder")
+    group.addoption("--submission", default="notebooks",
+                    help="folder of notebooks, one .ipynb, one .py, or a module name (`course`)")
+    group.addoption("--results", default=None, help="write Gradescope results.json here")
+    group.addoption("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    group.addoption("--probe-timeout", type=float, default=30.0,
+                    help="seconds a single call into the submission may take")
+    group.addoption("--memory-mb", type=int, default=6144, help="address-space limit of the worker")
+    group.addoption("--seed", type=int, default=None, help="seed of the fresh inputs (default: random)")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
+
+
+class Session:
+    """Created at the first check, so that `--collect-only` starts nothing."""
+
+    def __init__(self, config):
+        import torch
+
+        from autograder.grader import FIXTURES, Grader
+        from autograder.sentinel import Sentinel
+        from autograder.submission import load_submission
+
+        device = config.getoption("--device")
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        submission = load_submission(config.getoption("--submission"), ROOT)
+        target = Path(submission.target)
+        extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
+        self.sentinel = Sentinel(ROOT, extra)
+        if os.geteuid() == 0 and FIXTURES.exists():
+            FIXTURES.chmod(0o600)  # the worker runs as nobody: it cannot read the expected values
+        self.grader = Grader(submission, device, config.getoption("--probe-timeout"),
+                             config.getoption("--memory-mb"), config.getoption("--seed"))
+        self.results_path = config.getoption("--results")
+        self.tampering: list[str] = []
+
+    def finish(self) -> None:
+        self.grader.close()
+        self.tampering = self.sentinel.restore()
+        if self.tampering:
+            for result in self.grader.results:
+                result["score"] = 0.0
+                result["status"] = "failed"
+                result["output"] = ("graded 0: files outside the submission were changed while it ran: "
+                                    + "; ".join(self.tampering[:5]))
+        self.write()
+
+    def write(self) -> None:
+        if self.results_path:
+            self.grader.write_results(self.results_path)
+
+
+_session_key = pytest.StashKey[Session]()
+
+
+@pytest.fixture(scope="session")
+def grading(request) -> Session:
+    config = request.config
+    if _session_key not in config.stash:
+        config.stash[_session_key] = Session(config)
+    return config.stash[_session_key]
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    grading_session = session.config.stash.get(_session_key, None)
+    if grading_session is not None:
+        grading_session.finish()
+        if grading_session.tampering and session.exitstatus == 0:
+            session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    from autograder.report import check_table, stage_table
+
+    grading_session = config.stash.get(_session_key, None)
+    if grading_session is None:
+        return
+    grader = grading_session.grader
+    write = terminalreporter.write_line
+    terminalreporter.section("autograder")
+    for note in ([grader.load_failure] if grader.load_failure else []) + grader.load_errors:
+        write(f"note: {note}")
+    if grading_session.tampering:
+        write("TAMPERING: " + "; ".join(grading_session.tampering))
+    for line in check_table(grader.results):
+        write(line)
+    write("")
+    for line in stage_table(grader.results):
+        write(line)
+    write(f"(fresh inputs drawn with --seed {grader.seed})")

@@ -1,0 +1,267 @@
+"""The grader: runs checks against a submission and keeps the score.
+
+`Grader` owns one worker (or, for notebook self-checks, an in-process runner), the stored expected
+values, and the results. Checks see it through `Context`, which turns every way a probe can go
+wrong — missing function, exception, delegation, hang, crash — into a `Fail` with a clear message,
+so one broken function costs only its own checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from autograder import core
+from autograder.core import CASES, Fail
+from autograder.sandbox import Worker, WorkerError
+from autograder.submission import Submission
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).with_name("fixtures") / "expected.pt"
+
+STATUS_MESSAGES = {
+    "missing": "{fn} is not defined in the submission",
+    "not_callable": "{fn} is defined, but is not a function",
+    "delegated": ("{fn} only calls the reference `course.{fn}`: write your own implementation "
+                  "(calling the reference functions of other stages is fine)"),
+}
+
+
+@dataclass
+class CaseRun:
+    label: str
+    inputs: dict
+    expected: object
+    fresh: bool
+
+
+def load_fixtures(path: Path = FIXTURES) -> dict:
+    if not path.exists():
+        return {}
+    return torch.load(path, weights_only=True)
+
+
+class InProcessRunner:
+    """Runs probes in this process against a namespace (notebook self-checks only: not isolated)."""
+
+    def __init__(self, namespace: dict, device: str):
+        from collections import Counter
+
+        from autograder.probes import SubmissionState
+        from autograder.reference import GRADED_FUNCTIONS, counting_calls, is_reference
+
+        counter = Counter()
+        functions, statuses = {}, {}
+        for name in GRADED_FUNCTIONS:
+            function = namespace.get(name)
+            functions[name] = function
+            statuses[name] = ("missing" if function is None else "not_callable"
+                              if not callable(function) else "delegated"
+                              if is_reference(function, name) else "ok")
+        self.state = SubmissionState(functions, statuses, device, counter,
+                                     patch=lambda: counting_calls(counter, [namespace]))
+        self.ready = {"status": "ready", "statuses": statuses, "errors": []}
+
+    def start(self) -> dict:
+        return self.ready
+
+    def request(self, message: dict, timeout: float) -> dict:
+        from autograder.probes import handle, to_plain
+        return to_plain(handle(self.state, message))
+
+    def close(self) -> None:
+        pass
+
+
+class Grader:
+    def __init__(self, submission: Submission | None, device: str = "cpu",
+                 probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
+                 namespace: dict | None = None):
+        self.submission = submission
+        self.device = device
+        self.probe_timeout = probe_timeout
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little") + 1000
+        self.in_process = namespace is not None
+        if self.in_process:
+            self.runner = InProcessRunner(namespace, device)
+        else:
+            self.runner = Worker(submission.to_request(), ROOT, device, memory_mb)
+        self.fixtures = load_fixtures()
+        self.results: list[dict] = []
+        self.case_cache: dict[str, list] = {}
+        self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
+        self.load_failure: str | None = None
+        self.load_errors: list[str] = list(submission.problems) if submission else []
+        self.started = False
+        self.start_time = time.monotonic()
+
+    # ---- talking to the submission -------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        try:
+            ready = self.runner.start()
+            self.load_errors.extend(ready.get("errors", []))
+        except WorkerError as exc:
+            self.load_failure = f"the submission could not be loaded: {exc}"
+        except Exception as exc:  # the worker could not even start
+            self.load_failure = f"the grader could not start its worker: {type(exc).__name__}: {exc}"
+
+    def request(self, message: dict, timeout: float | None = None) -> dict:
+        self._ensure_started()
+        function = message["function"]
+        if self.load_failure:
+            raise Fail(self.load_failure)
+        if function in self.broken:
+            raise Fail(f"{function} was stopped in an earlier check: {self.broken[function]}")
+        try:
+            response = self.runner.request(message, timeout or self.probe_timeout)
+        except WorkerError as exc:
+            self.broken[function] = str(exc)
+            raise Fail(f"{function}: {exc}") from None
+        status = response.get("status")
+        if status in STATUS_MESSAGES:
+            message_text = STATUS_MESSAGES[status].format(fn=function)
+            if status == "missing" and self.load_errors:
+                message_text += " (problems while reading the submission: " + "; ".join(self.load_errors[:3]) + ")"
+            raise Fail(message_text)
+        return response
+
+    # ---- results ---------------------------------------------------------------------------
+    def run_check(self, check: core.Check) -> dict:
+        started = time.monotonic()
+        if check.needs_cuda and self.device != "cuda":
+            result = self._record(check, None, "skipped: needs --device cuda and a GPU", started)
+            return result
+        try:
+            check.run(Context(self, check))
+            score, output = check.points, "passed"
+        except Fail as exc:
+            score, output = 0.0, str(exc)
+        except Exception as exc:  # a judge must never take the grader down
+            score = 0.0
+            output = (f"the grader could not judge this check ({type(exc).__name__}: {exc}); "
+                      f"{traceback.format_exc(limit=-2)}")
+        return self._record(check, score, output, started)
+
+    def _record(self, check, score, output, started) -> dict:
+        result = {"name": check.name, "function": check.function, "stage": check.stage,
+                  "score": score or 0.0, "max_score": 0.0 if score is None else float(check.points),
+                  "status": "skipped" if score is None else "passed" if score == check.points
+                  else "failed",
+                  "output": output, "visibility": "visible",
+                  "execution_time": round(time.monotonic() - started, 3)}
+        self.results = [r for r in self.results if r["name"] != check.name] + [result]
+        return result
+
+    def totals(self) -> tuple[float, float]:
+        graded = [r for r in self.results if r["status"] != "skipped"]
+        return sum(r["score"] for r in graded), sum(r["max_score"] for r in graded)
+
+    def write_results(self, path: str | Path) -> None:
+        """Gradescope's results.json, written atomically (rewritten after every check)."""
+        score, _ = self.totals()
+        notes = [f"fresh-input seed {self.seed}"] + self.load_errors[:10]
+        if self.load_failure:
+            notes.insert(0, self.load_failure)
+        tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
+                 for r in self.results]
+        document = {"score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
+                    "output": "\n".join(notes), "visibility": "visible",
+                    "stdout_visibility": "hidden", "tests": tests}
+        path = Path(path)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(document, indent=2))
+        os.replace(temporary, path)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+class Context:
+    """What a check sees: the submission (through probes), the cases, and the device."""
+
+    def __init__(self, grader: Grader, check: core.Check):
+        self.grader = grader
+        self.check = check
+        self.device = grader.device
+        self.in_process = grader.in_process
+
+    def outcome(self, function: str, kwargs: dict, **options) -> dict:
+        """The probe's full answer, ok or error (missing/delegated/hang/crash raise Fail)."""
+        return self.grader.request({"kind": "call", "function": function, "kwargs": kwargs,
+                                    **options})
+
+    def call(self, function: str, kwargs: dict, **options) -> dict:
+        """The probe's answer; an exception in the student's code fails the check."""
+        response = self.outcome(function, kwargs, **options)
+        if response.get("status") != "ok":
+            raise Fail(describe_error(function, response))
+        return response
+
+    def train_steps(self, runs: list, model: dict, lr: float = 1.0, ddp: bool = False,
+                    timeout: float | None = None) -> list:
+        kind = "train_step_ddp" if ddp else "train_step"
+        response = self.grader.request(
+            {"kind": kind, "function": "grpo_train_step", "runs": runs, "model": model, "lr": lr,
+             "timeout": timeout or self.grader.probe_timeout},
+            timeout=(timeout or self.grader.probe_timeout) * (1 if ddp else len(runs)) + 10)
+        if response.get("status") != "ok" or not isinstance(response.get("runs"), list) \
+                or len(response["runs"]) != len(runs):
+            raise Fail(describe_error("grpo_train_step", response))
+        return response["runs"]
+
+    def cases(self, name: str) -> list[CaseRun]:
+        """The stored cases (expected from fixtures) and one fresh case (expected computed now)."""
+        if name not in self.grader.case_cache:
+            self.grader.case_cache[name] = self._make_cases(name)
+        return self.grader.case_cache[name]
+
+    def _make_cases(self, name: str) -> list[CaseRun]:
+        spec = CASES[name]
+        stored = self.grader.fixtures.get(name, {})
+        runs = []
+        for number, seed in enumerate(spec.seeds, start=1):
+            inputs = spec.make(seed)
+            entry = stored.get(str(seed))
+            if entry is None or entry["digest"] != core.digest(inputs):
+                raise RuntimeError(f"stored expected values for {name!r} are missing or stale: "
+                                   "run `python -m autograder.fixtures`")
+            runs.append(CaseRun(f"case {number}", inputs, entry["expected"], False))
+        fresh_inputs = spec.make(self.grader.seed)
+        runs.append(CaseRun(f"fresh case (seed {self.grader.seed})", fresh_inputs,
+                            spec.expected(fresh_inputs), True))
+        return runs
+
+
+def describe_error(function: str, response: dict) -> str:
+    status = response.get("status")
+    if status == "error":
+        if response.get("not_implemented"):
+            return f"{function} raises NotImplementedError: it is not implemented yet"
+        tail = str(response.get("traceback", "")).strip().splitlines()[-3:]
+        where = ("\n  " + "\n  ".join(tail)) if tail else ""
+        return f"{function} raised {response.get('error_type')}: {response.get('message')}{where}"
+    return f"{function}: unexpected answer from the probe (status {status!r})"
+
+
+def judge_cases(ctx: Context, case_name: str, judge) -> None:
+    """Run `judge(case_run)` on every case; catch an implementation that only knows the stored ones."""
+    passed_stored = True
+    for run in ctx.cases(case_name):
+        try:
+            judge(run)
+        except Fail as exc:
+            if run.fresh and passed_stored:
+                raise Fail(f"{run.label}: {exc} — the stored cases passed but fresh inputs do "
+                           "not: an implementation that reads the expected values instead of "
+                           "computing them gets no points for them") from None
+            raise Fail(f"{run.label}: {exc}") from None
+        passed_stored = passed_stored and not run.fresh

@@ -1,0 +1,257 @@
+"""Probes: the trusted code that calls a submission's function and turns what it returns into data.
+
+This module runs where the student's code runs (the worker subprocess, or the notebook's own kernel
+for a self-check), so nothing it returns is trusted: every result is plain data (dicts, lists,
+numbers, strings, plain `torch.Tensor`s) that the parent decodes safely and judges itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from autograder.objects import REWARD_FN, TOKENIZER, resolve
+
+MAX_DEPTH = 6
+
+
+@dataclass
+class SubmissionState:
+    """The functions under test, and a counter of calls into the reference of the same name."""
+
+    functions: dict
+    statuses: dict
+    device: str = "cpu"
+    reference_calls: Counter = field(default_factory=Counter)
+    patch: object = None  # context manager factory that installs call counters (in-process mode)
+
+
+def to_plain(x, depth: int = 0):
+    """Plain data only: a tensor subclass becomes a plain tensor, anything unknown a type name."""
+    if depth > MAX_DEPTH:
+        return {"__unsupported__": "nested too deep"}
+    if isinstance(x, torch.Tensor):
+        plain = torch.Tensor.as_subclass(x, torch.Tensor)
+        return torch.Tensor.detach(plain).cpu().clone().contiguous()
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return type(x)(x) if x is not None else None
+    if isinstance(x, dict):
+        return {str(k): to_plain(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        items = [to_plain(v, depth + 1) for v in x]
+        return tuple(items) if isinstance(x, tuple) else items
+    if hasattr(x, "item") and hasattr(x, "dtype"):  # numpy scalars
+        try:
+            return float(x.item())
+        except Exception:
+            pass
+    return {"__unsupported__": type(x).__name__}
+
+
+def _requires_grad(x, prefix: str = "") -> dict:
+    if isinstance(x, torch.Tensor):
+        return {prefix: bool(x.requires_grad)}
+    flags = {}
+    if isinstance(x, dict):
+        for k, v in x.items():
+            flags.update(_requires_grad(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            flags.update(_requires_grad(v, f"{prefix}.{i}" if prefix else str(i)))
+    return flags
+
+
+def get_path(output, path: str):
+    for part in filter(None, path.split(".")):
+        output = output[int(part)] if isinstance(output, (list, tuple)) else output[part]
+    return output
+
+
+def error_response(exc: BaseException) -> dict:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {
+        "status": "error",
+        "error_type": type(exc).__name__,
+        "message": str(exc)[:500],
+        "traceback": "".join(tb[-3:])[-1500:],
+        "is_value_error": isinstance(exc, ValueError),
+        "is_runtime_error": isinstance(exc, RuntimeError) and not isinstance(exc, NotImplementedError),
+        "not_implemented": isinstance(exc, NotImplementedError),
+    }
+
+
+def _call_guarded(state: SubmissionState, name: str, fn):
+    """Run fn(); report delegation if the reference `name` was called meanwhile."""
+    state.reference_calls.clear()
+    try:
+        with state.patch() if state.patch else contextlib.nullcontext():
+            result = fn()
+    except Exception as exc:
+        result = error_response(exc)
+    if state.reference_calls[name]:
+        return {"status": "delegated"}
+    return result
+
+
+def probe_call(state: SubmissionState, request: dict) -> dict:
+    name = request["function"]
+    function = state.functions[name]
+    kwargs = resolve(request["kwargs"], state.device)
+    for arg in request.get("grad_wrt", ()):
+        kwargs[arg] = kwargs[arg].detach().requires_grad_(True)
+
+    measure = request.get("measure_cuda_memory") and torch.cuda.is_available()
+
+    def run():
+        if measure:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            baseline = torch.cuda.memory_allocated()
+        with torch.no_grad() if request.get("no_grad") else contextlib.nullcontext():
+            output = function(**kwargs)
+        response = {"status": "ok", "output": to_plain(output),
+                    "requires_grad": _requires_grad(output)}
+        backward = request.get("backward")
+        if backward is not None:
+            target = get_path(output, backward["path"])
+            if isinstance(target, torch.Tensor) and target.requires_grad:
+                cotangent = backward["cotangent"].to(target.device, target.dtype)
+                (target * cotangent).sum().backward()
+            response["grads"] = {arg: to_plain(kwargs[arg].grad) for arg in request.get("grad_wrt", ())}
+        if measure:
+            torch.cuda.synchronize()
+            response["peak_bytes"] = int(torch.cuda.max_memory_allocated() - baseline)
+        return response
+
+    return _call_guarded(state, name, run)
+
+
+def _flat_parameters(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])
+
+
+def _one_train_step(state: SubmissionState, request: dict, run_kwargs: dict, wrap=None,
+                    device: str | None = None) -> dict:
+    name = request["function"]
+    device = device or state.device
+    model = resolve(request["model"], device)
+    before = _flat_parameters(model)
+    trained = wrap(model) if wrap else model
+    optimizer = torch.optim.SGD(trained.parameters(), lr=request.get("lr", 1.0))
+    kwargs = resolve(run_kwargs, device)
+    kwargs.update(model=trained, optimizer=optimizer, tokenizer=resolve(TOKENIZER),
+                  reward_fn=resolve(REWARD_FN))
+
+    def run():
+        output = state.functions[name](**kwargs)
+        leftover = [p.grad for p in model.parameters() if p.grad is not None]
+        return {"status": "ok", "output": to_plain(output),
+                "delta": _flat_parameters(model) - before,
+                "grads_left": bool(any(bool(g.abs().sum() > 0) for g in leftover))}
+
+    response = _call_guarded(state, name, run)
+    response.setdefault("delta", _flat_parameters(model) - before)
+    return response
+
+
+def probe_train_step(state: SubmissionState, request: dict) -> dict:
+    return {"status": "ok", "runs": [_one_train_step(state, request, run) for run in request["runs"]]}
+
+
+def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
+    """Run the train step on `world_size` forked gloo ranks; each rank returns its update."""
+    runs = request["runs"]
+    world_size = len(runs)
+    store_path = tempfile.mktemp(prefix="ddp_store_", dir=os.getcwd())
+    children = []
+    for rank, run_kwargs in enumerate(runs):
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: one data-parallel rank
+            os.close(read_fd)
+            payload = b""
+            try:
+                import io
+
+                import torch.distributed as dist
+                from torch.nn.parallel import DistributedDataParallel
+
+                store = dist.FileStore(store_path, world_size)
+                dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+                # gloo on CPU: a forked child cannot use CUDA once the worker has initialized it
+                result = _one_train_step(state, request, run_kwargs, wrap=DistributedDataParallel,
+                                         device="cpu")
+                buffer = io.BytesIO()
+                torch.save(result, buffer)
+                payload = buffer.getvalue()
+            finally:
+                os.write(write_fd, len(payload).to_bytes(8, "little"))
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(write_fd, view[: 1 << 20]):]
+                os._exit(0)
+        os.close(write_fd)
+        children.append((pid, read_fd))
+    deadline = time.monotonic() + request.get("timeout", 60)
+    results = []
+    try:
+        for _pid, read_fd in children:
+            data = _read_all(read_fd, deadline)
+            results.append(_load_rank_result(data) if data is not None
+                           else {"status": "error", "error_type": "Timeout",
+                                 "message": "a data-parallel rank did not finish",
+                                 "is_value_error": False, "is_runtime_error": False,
+                                 "not_implemented": False})
+    finally:
+        for pid, read_fd in children:
+            os.close(read_fd)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(store_path)
+    return {"status": "ok", "runs": results}
+
+
+def _load_rank_result(data: bytes) -> dict:
+    import io
+    if len(data) == 0:
+        return {"status": "error", "error_type": "Crash", "message": "a data-parallel rank crashed",
+                "is_value_error": False, "is_runtime_error": False, "not_implemented": False}
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _read_all(fd: int, deadline: float) -> bytes | None:
+    chunks, expected, received = [], None, 0
+    while expected is None or received < expected + 8:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b""
+        chunks.append(chunk)
+        received += len(chunk)
+        if expected is None and received >= 8:
+            expected = int.from_bytes(b"".join(chunks)[:8], "little")
+    return b"".join(chunks)[8:8 + expected]
+
+
+PROBES = {"call": probe_call, "train_step": probe_train_step, "train_step_ddp": probe_train_step_ddp}
+
+
+def handle(state: SubmissionState, request: dict) -> dict:
+    name = request["function"]
+    status = state.statuses.get(name, "missing")
+    if status != "ok":
+        return {"status": status}
+    return PROBES[request["kind"]](state, request)

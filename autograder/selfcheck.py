@@ -1,0 +1,55 @@
+"""Self-checks for notebook cells: `self_check("compute_entropy", globals())`.
+
+Runs the autograder's checks for one graded function (or a stage key such as "2_scoring") against
+the function defined in the notebook's namespace, prints check / points / diagnostic, and raises
+AssertionError listing the failed checks, so the cell doubles as an nbgrader autograded test cell.
+
+This runs in the notebook's own kernel — fine for checking yourself, not isolated. Grading uses
+`pytest autograder`, which runs the submission in a separate, sandboxed process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SelfCheckSummary:
+    name: str
+    score: float
+    max_score: float
+    results: list
+
+    def __repr__(self) -> str:
+        return f"SelfCheckSummary({self.name!r}: {self.score:g}/{self.max_score:g})"
+
+
+def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None = None) -> SelfCheckSummary:
+    from autograder import checks  # noqa: F401  (registers the checks)
+    from autograder.core import CHECKS
+    from autograder.grader import Grader
+    from autograder.reference import GRADED_FUNCTIONS, STAGES
+    from autograder.report import check_table
+
+    if name in STAGES:
+        functions = STAGES[name]
+    elif name in GRADED_FUNCTIONS:
+        functions = (name,)
+    else:
+        raise ValueError(f"unknown function or stage {name!r}; expected one of {GRADED_FUNCTIONS} or {tuple(STAGES)}")
+    selected = [c for c in CHECKS if c.function in functions and not c.needs_cuda
+                and c.title != "data-parallel update (2 gloo ranks, DDP) equals the single-process update"]
+    grader = Grader(None, device=device, seed=seed, namespace=namespace)
+    try:
+        results = [grader.run_check(c) for c in selected]
+    finally:
+        grader.close()
+    for line in check_table(results):
+        print(line)
+    score = sum(r["score"] for r in results)
+    maximum = sum(r["max_score"] for r in results)
+    print(f"{name}: {score:g}/{maximum:g} points")
+    failed = [r["name"] for r in results if r["status"] == "failed"]
+    if failed:
+        raise AssertionError(f"{len(failed)} check(s) failed: " + "; ".join(failed))
+    return SelfCheckSummary(name, score, maximum, results)

@@ -1,0 +1,86 @@
+"""Tamper detection: files a submission must not leave behind for the next grading run.
+
+The worker cannot change this run's score (the parent decides it in memory), but it could write a
+`conftest.py`, a `pytest.ini`, a `.pth` file, or edit the grader's own files to fool the NEXT run.
+We snapshot those places before any student code runs; after the worker is gone we restore the
+grader's files, delete new startup files, and report every change (a run with changes scores 0). When the grader runs as
+root, the worker runs as `nobody` and cannot write there at all.
+"""
+
+from __future__ import annotations
+
+import site
+import sys
+from pathlib import Path
+
+STARTUP_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
+                 "sitecustomize.py", "usercustomize.py", ".pytest.ini"}
+
+
+def _tree(directory: Path) -> dict:
+    files = {}
+    if directory.is_dir():
+        for path in directory.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                try:
+                    files[path] = path.read_bytes()
+                except OSError:
+                    continue
+    return files
+
+
+def _top(directory: Path) -> dict:
+    files = {}
+    if directory.is_dir():
+        for path in directory.iterdir():
+            if path.is_file() and (path.name in STARTUP_NAMES or path.suffix == ".pth"):
+                try:
+                    files[path] = path.read_bytes()
+                except OSError:
+                    continue
+    return files
+
+
+class Sentinel:
+    def __init__(self, root: Path, extra_dirs=()):
+        self.trees = [root / "autograder", root / "course"]
+        self.tops = {root, Path.cwd(), *map(Path, extra_dirs)}
+        self.tops.update(Path(p) for p in site.getsitepackages() + [site.getusersitepackages()]
+                         if Path(p).is_dir())
+        self.tops.update(Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p)
+        self.before = self._snapshot()
+
+    def _snapshot(self) -> dict:
+        files = {}
+        for tree in self.trees:
+            files.update(_tree(tree))
+        for top in self.tops:
+            files.update(_top(top))
+        return files
+
+    def restore(self) -> list[str]:
+        """Undo changes to the grader's own files, delete new startup files, report every change.
+        Changes elsewhere (`course/`, pyproject.toml) are reported, not undone: people edit the
+        repository while a run may be going on."""
+        changed = []
+        now = self._snapshot()
+        for path, content in now.items():
+            old = self.before.get(path)
+            if old == content:
+                continue
+            if old is None and (path.name in STARTUP_NAMES or path.suffix == ".pth"
+                                or self.trees[0] in path.parents):
+                path.unlink(missing_ok=True)
+                changed.append(f"created {path} (deleted)")
+            elif old is not None and self.trees[0] in path.parents:
+                path.write_bytes(old)  # the grader's own files: put them back
+                changed.append(f"modified {path} (restored)")
+            else:
+                changed.append(f"{'created' if old is None else 'modified'} {path}")
+        for path in self.before:
+            if path not in now:
+                if self.trees[0] in path.parents:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(self.before[path])
+                changed.append(f"deleted {path}")
+        return changed

@@ -1,0 +1,4 @@
+"""Mutant: train step: loss not multiplied by the world size under DDP."""
+from _impl import build
+
+globals().update(build("ddp_no_world_scale"))

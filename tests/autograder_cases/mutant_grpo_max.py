@@ -1,0 +1,4 @@
+"""Mutant: max instead of min in the PPO-clip objective."""
+from _impl import build
+
+globals().update(build("grpo_max"))

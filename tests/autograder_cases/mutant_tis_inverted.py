@@ -1,0 +1,4 @@
+"""Mutant: truncated importance weight inverted."""
+from _impl import build
+
+globals().update(build("tis_inverted"))

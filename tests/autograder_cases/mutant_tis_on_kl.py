@@ -1,0 +1,4 @@
+"""Mutant: TIS weights multiplied into the KL term."""
+from _impl import build
+
+globals().update(build("tis_on_kl"))

@@ -1,0 +1,238 @@
+"""The grader's own tests: full marks for correct code, lost points (with the right diagnosis) for
+real bugs, nothing gained by attacks, and a blank release notebook scoring 0 without a crash.
+
+Each submission is graded only on its own functions, two gradings at a time (one worker each).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from autograder.api import grade
+from autograder.sandbox import can_drop_privileges
+
+pytestmark = pytest.mark.slow  # each grading starts a worker (~4 s); about 3.5 min for the module
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "autograder_cases"
+
+# bug -> (graded function, check that must lose points, words the diagnosis must contain)
+MUTANTS = {
+    "no_shift": ("tokenize_prompt_and_output", "values match", "missing label shift"),
+    "prompt_in_mask": ("tokenize_prompt_and_output", "values match", "prompt tokens in the mask"),
+    "padding_in_mask": ("tokenize_prompt_and_output", "values match", "padding in the mask"),
+    "unshifted_mask": ("tokenize_prompt_and_output", "values match", "not shifted with the labels"),
+    "pad_with_eos": ("tokenize_prompt_and_output", "values match", "padding with eos"),
+    "entropy_log2": ("compute_entropy", "values match", "log base 2"),
+    "entropy_no_minus": ("compute_entropy", "values match", "without the minus sign"),
+    "naive_entropy": ("compute_entropy", "stable for large logits", "logsumexp"),
+    "probs_not_log": ("get_response_log_probs", "log_probs match", "probabilities instead of log-probabilities"),
+    "half_log_softmax": ("get_response_log_probs", "bfloat16 model", "half precision"),
+    "entropy_with_grad": ("get_response_log_probs", "token_entropy", "requires grad"),
+    "format_as_reward": ("compute_rollout_rewards", "rewards (float32)", "format reward"),
+    "biased_std": ("compute_group_normalized_rewards", "std-normalized", "biased std"),
+    "eps_inside_sqrt": ("compute_group_normalized_rewards", "std-normalized", "eps inside the square root"),
+    "batch_normalization": ("compute_group_normalized_rewards", "std-normalized", "whole batch"),
+    "grpo_max": ("compute_policy_gradient_loss", "grpo: -min", "max instead of min"),
+    "clip_wrong_side": ("compute_policy_gradient_loss", "clip_fraction", "wrong side"),
+    "gspo_product": ("compute_policy_gradient_loss", "gspo", "product of token ratios"),
+    "cispo_attached": ("compute_policy_gradient_loss", "cispo", "not detached"),
+    "swapped_clip": ("compute_grpo_loss", "dapo", "swapped"),
+    "tis_on_kl": ("compute_grpo_loss", "dapo", "applied to the KL"),
+    "k3_sign": ("estimate_kl", "k1, k2, k3", "sign of delta reversed".replace("delta", "δ")),
+    "tis_inverted": ("truncated_importance_weights", "capped above", "ratio inverted"),
+    "empty_row_dropped": ("aggregate_loss_across_microbatch", "sequence:", "empty sequence left out"),
+    "local_token_count": ("aggregate_loss_across_microbatch", "token:", "per-micro-batch token normalization"),
+    "per_microbatch_token_norm": ("grpo_train_step", "update independent of micro-batching",
+                                  "per-micro-batch token normalization"),
+    "double_accumulation_division": ("grpo_train_step", "update independent of micro-batching",
+                                     "accumulation steps twice"),
+    "no_grad_clip": ("grpo_train_step", "clips the global gradient norm", "clipping not applied"),
+    "grads_left": ("grpo_train_step", "leaves no gradients behind", "still hold gradients"),
+    "ddp_no_world_scale": ("grpo_train_step", "data-parallel", "world size"),
+}
+ALTERNATIVES = {
+    "alt_full.py": None,
+    "alt_loops.py": ("tokenize_prompt_and_output", "compute_entropy", "compute_group_normalized_rewards",
+                     "aggregate_loss_across_microbatch"),
+    "alt_functional.py": ("estimate_kl", "truncated_importance_weights", "compute_grpo_loss"),
+}
+ATTACK_FUNCTIONS = ("compute_entropy", "compute_group_normalized_rewards")
+ATTACKS = ("patch_torch", "os_exit", "sys_exit", "fake_output", "results_json", "infinite_loop",
+           "memory_bomb", "equal_tensor", "read_fixtures", "delegate", "patch_pytest")  # + conftest, below
+
+
+def _grade_all(jobs: dict) -> dict:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(grade, *args, **kwargs) for key, (args, kwargs) in jobs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def mutant_grades() -> dict:
+    return _grade_all({bug: ((str(CASES / f"mutant_{bug}.py"), (function,)), {"seed": 1234})
+                       for bug, (function, _, _) in MUTANTS.items()})
+
+
+@pytest.fixture(scope="module")
+def attack_grades() -> dict:
+    return _grade_all({name: ((str(CASES / f"attack_{name}.py"), ATTACK_FUNCTIONS),
+                              {"probe_timeout": 4.0, "memory_mb": 3072})
+                       for name in ATTACKS})
+
+
+def test_mutant_collection_is_large_enough():
+    assert len(MUTANTS) >= 25 and len(ATTACKS) + 1 >= 10
+    assert all((CASES / f"mutant_{bug}.py").exists() for bug in MUTANTS)
+
+
+@pytest.mark.parametrize("bug", sorted(MUTANTS))
+def test_mutant_loses_points_with_its_diagnosis(bug, mutant_grades):
+    function, check_words, diagnosis = MUTANTS[bug]
+    graded = mutant_grades[bug]
+    assert graded["score"] < graded["max_score"], f"{bug} got full marks"
+    failing = {name: r for name, r in graded["results"].items() if r["status"] == "failed"}
+    target = [name for name in failing if check_words in name]
+    assert target, f"{bug} did not fail a check containing {check_words!r}; failed: {sorted(failing)}"
+    outputs = " | ".join(failing[name]["output"] for name in target)
+    assert diagnosis in outputs, f"{bug}: diagnosis {diagnosis!r} not in {outputs!r}"
+
+
+@pytest.mark.parametrize("name", sorted(ALTERNATIVES))
+def test_independent_correct_implementations_get_full_marks(name):
+    graded = grade(str(CASES / name), ALTERNATIVES[name])
+    failed = {n: r["output"] for n, r in graded["results"].items() if r["status"] == "failed"}
+    assert not failed and graded["score"] == graded["max_score"] > 0
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_attacks_earn_nothing(name, attack_grades):
+    graded = attack_grades[name]
+    assert graded["max_score"] > 0
+    assert graded["score"] == 0, {n: r["output"] for n, r in graded["results"].items() if r["score"]}
+    assert not (ROOT / "conftest.py").exists() and not (ROOT / "autograder" / "pytest.ini").exists()
+
+
+def test_attack_diagnoses_name_what_happened(attack_grades):
+    def outputs(name):
+        return " ".join(r["output"] for r in attack_grades[name]["results"].values())
+    assert "timed out" in outputs("infinite_loop")
+    assert "could not be loaded" in outputs("os_exit")
+    assert "only calls the reference" in outputs("delegate")
+    if not can_drop_privileges(ROOT):  # as `nobody` the worker cannot even read the fixtures
+        assert "stored cases passed but" in outputs("read_fixtures")
+
+
+def _blank_notebook(path: Path) -> None:
+    from autograder.reference import GRADED_FUNCTIONS
+
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": "import torch\nfrom course.models import build_tokenizer\n"},
+             {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": "while True:\n    pass  # an exploration cell the grader must not run\n"},
+             {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": "def broken(:\n    pass\n"}]
+    for name in GRADED_FUNCTIONS:
+        cells.append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                      "source": f"def {name}(*args, **kwargs):\n    ### BEGIN SOLUTION\n"
+                                f"    raise NotImplementedError\n"})
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_blank_release_notebook_scores_zero_without_crash(tmp_path):
+    _blank_notebook(tmp_path / "01_blank.ipynb")
+    graded = grade(str(tmp_path))
+    assert graded["max_score"] > 50 and graded["score"] == 0
+    outputs = [r["output"] for r in graded["results"].values()]
+    assert any("NotImplementedError" in o for o in outputs)
+    assert any("SyntaxError" in e and "code cell 3" in e for e in graded["load_errors"])
+
+
+def test_cli_grades_the_reference_with_full_marks_and_results_json(tmp_path):
+    results = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--submission", "course",
+                          "--results", str(results), "-q", "-p", "no:cacheprovider"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    document = json.loads(results.read_text())
+    assert document["score"] == sum(t["max_score"] for t in document["tests"]) > 50
+    assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(document["tests"][0])
+    assert "TOTAL" in run.stdout and "6_train_step" in run.stdout
+
+
+def test_cli_selects_with_k_and_fails_a_cheating_submission(tmp_path):
+    results = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--submission",
+                          str(CASES / "attack_results_json.py"), "--results", str(results), "-k", "compute_entropy",
+                          "-q", "-p", "no:cacheprovider"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    document = json.loads(results.read_text())
+    assert document["score"] == 0 and all(t["name"].startswith("compute_entropy") for t in document["tests"])
+
+
+def test_dropped_conftest_and_edited_grader_do_not_survive_into_the_next_run(tmp_path):
+    """The attack writes conftest.py/pytest.ini into the repository and the grader's folder: run it
+    on a copy of the repository, then check the copy is clean and the next run grades normally."""
+    copy = tmp_path / "repo"
+    for part in ("autograder", "course"):
+        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "checkpoints"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    (copy / "tests" / "autograder_cases").mkdir(parents=True)
+    shutil.copy(CASES / "attack_conftest.py", copy / "tests" / "autograder_cases" / "attack_conftest.py")
+    conftest_before = (copy / "autograder" / "conftest.py").read_text()
+
+    def run(submission):
+        results = tmp_path / "results.json"
+        done = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--submission", submission,
+                               "--results", str(results), "-k", "compute_entropy", "-q", "-p", "no:cacheprovider"],
+                              cwd=copy, capture_output=True, text=True, timeout=300)
+        return done, json.loads(results.read_text())
+
+    attacked, document = run("tests/autograder_cases/attack_conftest.py")
+    assert attacked.returncode == 1 and document["score"] == 0
+    assert (copy / "autograder" / "conftest.py").read_text() == conftest_before
+    for folder in (copy, copy / "autograder", copy / "tests" / "autograder_cases"):
+        assert not (folder / "conftest.py").exists() or folder.name == "autograder"
+        assert not (folder / "pytest.ini").exists()
+    honest, document = run("course")
+    assert honest.returncode == 0 and document["score"] == sum(t["max_score"] for t in document["tests"]) > 0
+
+
+def test_solution_notebooks_get_full_marks_and_release_notebooks_zero():
+    """The real notebooks: read (not run) from solutions/ and notebooks/ (nbgrader release)."""
+    if not (ROOT / "solutions").is_dir() or not (ROOT / "notebooks").is_dir():
+        pytest.skip("the notebooks are not there yet")
+    graded = _grade_all({name: ((str(ROOT / name),), {}) for name in ("solutions", "notebooks")})
+    solutions, release = graded["solutions"], graded["notebooks"]
+    assert solutions["score"] == solutions["max_score"] > 50, {
+        n: r["output"] for n, r in solutions["results"].items() if r["status"] == "failed"}
+    assert release["score"] == 0 and release["max_score"] == solutions["max_score"]
+    assert not solutions["load_failure"] and not release["load_failure"]
+
+
+def test_self_check_runs_in_process_and_raises_listing_failures(capsys):
+    import sys as _sys
+
+    from autograder.selfcheck import self_check
+
+    _sys.path.insert(0, str(CASES))
+    try:
+        from _impl import build
+    finally:
+        _sys.path.remove(str(CASES))
+    summary = self_check("3_advantages", build())
+    assert summary.score == summary.max_score > 0
+    with pytest.raises(AssertionError, match="std-normalized"):
+        self_check("compute_group_normalized_rewards", build("biased_std"))
+    assert "biased std" in capsys.readouterr().out
+    import course
+    with pytest.raises(AssertionError, match="values match"):
+        self_check("compute_entropy", {"compute_entropy": course.compute_entropy})
