@@ -12,12 +12,12 @@ each other. Three details decide whether the numbers downstream are right:
   (run seed, step, prompt index, sample index). A response therefore does not depend on which
   other rows shared its batch: generation batch size, padding and data-parallel sharding change
   nothing, which is what lets `torchrun` reproduce a single-process run.
-* Old log-probs. The sampler's log-probs come from the raw logits of `generate` (τ = 1); the
-  trainer's come from re-scoring with `course.get_response_log_probs` on the tokenization the
-  train step uses, so they align with it position for position. They differ when the sampler runs
-  in another precision (bf16), which is what `course.compare_logprobs` and truncated importance
-  sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
-  training") are about.
+* Old log-probs. The sampler's log-probs come from the raw logits of `generate` (τ = 1) and are
+  placed on the tokenization the train step uses (`tokenize_rollouts`), position for position; the
+  trainer's come from re-scoring that batch (`score_tokens`). In float32 the two agree to ~1e-6, so
+  the sampler's serve as old log-probs; in bf16 they differ, which is what `course.compare_logprobs`
+  and truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
+  you off-policy RL training") are about.
 
 A response string is the decoded sample including a final "<eos>" when the model stopped, so
 re-tokenizing it reproduces exactly the sampled tokens and the train step learns when to stop.
@@ -174,27 +174,32 @@ def sample_groups(
     return RolloutBatch(prompts, generation.responses, truths, generation.sampler_log_probs)
 
 
-@torch.no_grad()
-def score_rollouts(model, tokenizer, rollouts: RolloutBatch) -> dict[str, torch.Tensor]:
-    """Trainer log-probs of the rollouts, aligned with `tokenize_prompt_and_output`.
+def tokenize_rollouts(tokenizer, rollouts: RolloutBatch) -> dict[str, torch.Tensor]:
+    """The train step's tokenization of the rollouts, with the sampler's log-probs placed on it.
 
-    Returns `log_probs` (B, T) and `response_mask` (B, T), plus `sampler_log_probs` (B, T): the
-    sampler's values placed at the same response positions (0 elsewhere).
+    Returns `input_ids`, `labels`, `response_mask` as `tokenize_prompt_and_output` makes them and
+    `sampler_log_probs` (B, T): each row's sampled-token log-probs at its response positions, 0
+    elsewhere.
     """
     tokens = tokenize_prompt_and_output(rollouts.repeated_prompts, rollouts.responses, tokenizer)
-    device = next(model.parameters()).device
-    log_probs = get_response_log_probs(
-        model, tokens["input_ids"].to(device), tokens["labels"].to(device)
-    )["log_probs"].float().cpu()
-    mask = tokens["response_mask"].bool()
+    mask = tokens["response_mask"].bool()                                       # (B, T)
     lengths = mask.sum(dim=1).tolist()
     sampled = [len(x) for x in rollouts.sampler_log_probs]
     if lengths != sampled:
         raise ValueError(f"response lengths after tokenization {lengths} differ from sampled {sampled}")
-    sampler = torch.zeros_like(log_probs)
+    sampler = torch.zeros(mask.shape, dtype=torch.float32)
     # The mask is 1 on each row's response positions in order, so row-major filling aligns them.
-    sampler[mask] = torch.cat(rollouts.sampler_log_probs) if lengths else sampler[mask]
-    return {"log_probs": log_probs, "response_mask": tokens["response_mask"], "sampler_log_probs": sampler}
+    if mask.any():
+        sampler[mask] = torch.cat(rollouts.sampler_log_probs)
+    return {**tokens, "sampler_log_probs": sampler}
+
+
+@torch.no_grad()
+def score_tokens(model, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
+    """log π(labels) (B, T), float32 on the CPU, for a batch from `tokenize_rollouts`."""
+    device = next(model.parameters()).device
+    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device), tokens["labels"].to(device))
+    return log_probs["log_probs"].float().cpu()
 
 
 def evaluate(

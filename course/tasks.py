@@ -1,21 +1,23 @@
 """The synthetic task: two-number addition with a verifiable answer, and its r1-zero reward.
 
-A problem is `a+b` with 0 <= a, b <= 99; the answer is the sum written with its digits reversed
+A problem is `a+b` with two-digit operands, 10 <= a, b <= 99; the answer is the sum written with its digits reversed
 (least significant first), so that a left-to-right model produces each digit after the digits
 it depends on, carries included. 37+48 = 85 is answered "58". (Measured on a 1M-parameter model,
 SPEC §5: written left to right the task barely learns; reversed, it does. Reversed output is the
-usual trick for teaching arithmetic to small transformers, Lee et al. 2023, arXiv 2307.03381.)
+usual trick for teaching arithmetic to small transformers, Lee et al. 2023, arXiv 2307.03381.
+Operands of a fixed width matter too: with 0..99, so that digits move about, 500 supervised steps
+left the model at chance.)
 
 The response format is DeepSeek-R1-Zero's (Guo et al. 2025, arXiv 2501.12948): the prompt opens a
 `<think>` block, and the model must close it and give its answer in `<answer>...</answer>`:
 
-    prompt:   "Add, digits reversed. User: 37+48\\nAssistant: <think>"
+    prompt:   "User: 37+48\\nAssistant: <think>"
     response: "</think> <answer>58</answer>"
 
 The reward follows the r1-zero reward of Stanford CS336 assignment 5 (`r1_zero_reward_fn`):
 format reward 1 when the response is `... </think> <answer>X</answer>`, answer reward 1 when
 additionally X is the ground truth, reward = answer reward. Train and held-out problems come from
-disjoint parts of the 10,000 possible pairs (8,000 and 2,000), so held-out accuracy measures
+disjoint parts of the 8,100 possible pairs (6,480 and 1,620), so held-out accuracy measures
 generalization, not memorization.
 """
 
@@ -25,8 +27,8 @@ import random
 import re
 from dataclasses import dataclass
 
-MAX_OPERAND = 99
-PROMPT_TEMPLATE = "Add, digits reversed. User: {question}\nAssistant: <think>"
+MIN_OPERAND, MAX_OPERAND = 10, 99
+PROMPT_TEMPLATE = "User: {question}\nAssistant: <think>"
 # Everything after </think>; one trailing <eos> (as sampled) or whitespace is allowed.
 RESPONSE_PATTERN = re.compile(r"^(?P<think>.*?)</think> <answer>(?P<answer>.*?)</answer>\s*(<eos>)?\s*$",
                               re.DOTALL)
@@ -57,15 +59,20 @@ def _split_pairs(split: str) -> list[tuple[int, int]]:
     """All (a, b) pairs of one split, in a fixed order."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    pairs = [(a, b) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
+    operands = range(MIN_OPERAND, MAX_OPERAND + 1)
+    pairs = [(a, b) for a in operands for b in operands]
     random.Random(_SPLIT_SEED).shuffle(pairs)
     n_held_out = int(len(pairs) * _HELD_OUT_FRACTION)
     return pairs[:n_held_out] if split == "test" else pairs[n_held_out:]
 
 
-def make_problems(n: int, seed: int, split: str = "train") -> list[Problem]:
-    """`n` distinct problems drawn from `split` ("train": 8,000 pairs, "test": 2,000), seeded."""
+def make_problems(n: int | None, seed: int, split: str = "train") -> list[Problem]:
+    """`n` distinct problems drawn from `split` ("train": 6,480 pairs, "test": 1,620), seeded.
+
+    `n=None` returns the whole split, shuffled.
+    """
     pairs = _split_pairs(split)
+    n = len(pairs) if n is None else n
     if not isinstance(n, int) or not 0 <= n <= len(pairs):
         raise ValueError(f"n must be an integer in [0, {len(pairs)}] for split {split!r}, got {n!r}")
     return [Problem(a, b) for a, b in random.Random(seed).sample(pairs, n)]

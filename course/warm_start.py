@@ -3,13 +3,16 @@
 RL sharpens what a policy can already sometimes do (SPEC §5): GRPO needs a start whose groups
 contain some correct answers (pass@G high) while single samples are often wrong (pass@1
 moderate). A few hundred SFT steps on `tasks.format_response` targets give exactly that: the
-format is learned first, the arithmetic only partly. The loss is the response tokens' negative
+format is learned first, the arithmetic only partly. The model sits on a plateau (digits at
+chance) for ~200 steps and then learns fast, so the step count matters: measured held-out answer
+accuracy, sampled at temperature 1 / greedy, was 4% / 6% at 200 steps, 26% / 43% at 250 (the
+default) and 54% / 87% at 300 (200 held-out problems). The loss is the response tokens' negative
 log-likelihood, the SFT objective of the R1-Zero-style pipelines (CS336 assignment 5).
 
     python -m course.warm_start --out course/checkpoints/warm_start
 
 is seeded and reproducible (same seed, same weights, on the same machine and torch build) and
-takes about two minutes on a 2-core CPU. The shipped checkpoint was made with the defaults.
+takes two to three minutes on a 2-core CPU. The shipped checkpoint was made with the defaults.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from course.rollout import evaluate
 from course.scoring import get_response_log_probs
 from course.tasks import format_prompt, format_response, make_problems
 from course.tokenization import tokenize_prompt_and_output
+from course.train import add_config_arguments
 
 DEFAULT_OUT = Path(__file__).parent / "checkpoints" / "warm_start"
 
@@ -37,12 +41,14 @@ DEFAULT_OUT = Path(__file__).parent / "checkpoints" / "warm_start"
 class WarmStartConfig:
     """Supervised warm start settings (the defaults made the shipped checkpoint)."""
 
-    steps: int = 500
+    steps: int = 250
     """Optimizer steps; more steps make a stronger start and leave RL less to do."""
     batch_size: int = 64
     """Problems per step, drawn with replacement from the train split."""
     lr: float = 1e-3
     """AdamW learning rate, constant; twenty times GRPO's, as is usual for SFT vs RL."""
+    max_grad_norm: float = 1.0
+    """Clip the gradient norm to this: the loss spikes when the model leaves its plateau."""
     seed: int = 0
     """Seeds the model initialization and the order of problems."""
     hidden_size: int = 128
@@ -53,6 +59,11 @@ class WarmStartConfig:
     """Print held-out accuracy every this many steps (0 = only at the end)."""
     eval_problems: int = 200
     """Held-out problems for those prints."""
+    threads: int = 1
+    """torch CPU threads; fixed because the summation order, and so the last bits, depend on it."""
+    snapshot_every: int = 0
+    """Also save the model every this many steps to OUT/step<N> (0: never); with a constant learning
+    rate, the snapshot at N is the checkpoint `--steps N` makes, so one run can pick a strength."""
 
 
 def supervised_loss(model, tokenizer, problems) -> torch.Tensor:
@@ -65,14 +76,16 @@ def supervised_loss(model, tokenizer, problems) -> torch.Tensor:
     return -(log_probs * mask).sum() / mask.sum()
 
 
-def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=partial(print, flush=True)):
+def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=None):
     """Train from scratch with `config`; save to `out` when given. Returns (model, tokenizer)."""
+    log = log or partial(print, flush=True)
+    torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     model, tokenizer = build_tiny_model_and_tokenizer(
         seed=config.seed, hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    pool = make_problems(8000, seed=config.seed, split="train")
+    pool = make_problems(None, seed=config.seed, split="train")
     rng = random.Random(config.seed)
     held_out = make_problems(config.eval_problems, seed=1, split="test")
     start = time.time()
@@ -80,13 +93,16 @@ def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=parti
         loss = supervised_loss(model, tokenizer, rng.choices(pool, k=config.batch_size))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
         if step == config.steps or (config.eval_every and step % config.eval_every == 0):
-            sampled = evaluate(model, tokenizer, held_out, seed=0)
+            sampled = evaluate(model, tokenizer, held_out, seed=0, samples_per_problem=4)
             greedy = evaluate(model, tokenizer, held_out, seed=None)
             log(f"step {step:4d}  loss {loss.item():.4f}  held-out accuracy: sampled "
                 f"{sampled['answer_reward']:.3f} greedy {greedy['answer_reward']:.3f}  "
                 f"format {sampled['format_reward']:.3f}  {time.time() - start:.0f}s")
+        if out is not None and config.snapshot_every and step % config.snapshot_every == 0:
+            save_model_and_tokenizer(model, tokenizer, Path(out) / f"step{step}")
     if out is not None:
         save_model_and_tokenizer(model, tokenizer, out)
         (Path(out) / "warm_start_config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
@@ -94,12 +110,9 @@ def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=parti
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    defaults = WarmStartConfig()
+    parser = argparse.ArgumentParser(prog="python -m course.warm_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder to write the checkpoint to")
-    for name, value in asdict(defaults).items():
-        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    add_config_arguments(parser, WarmStartConfig)
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
     train_warm_start(WarmStartConfig(**args), out)
