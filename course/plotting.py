@@ -2,8 +2,8 @@
 
 One figure, six panels: the rollouts' reward (answer and format), held-out accuracy (sampled at
 temperature 1 and greedy, with the warm start at step 0), token entropy, KL to the warm start,
-clip fraction and gradient norm. Uses matplotlib's non-interactive Agg backend, so it works on a
-machine without a display.
+clip fraction and gradient norm. It draws on a bare `matplotlib.figure.Figure` (no pyplot), so it
+needs no display and leaves a notebook's inline backend alone.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.figure import Figure
 
 PANELS = (
     ("rollout reward", ("answer_reward_mean", "format_reward_mean")),
@@ -33,7 +30,8 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 def plot_training_curves(records: list[dict], before: dict | None, path: str | Path) -> Path:
     """Save the six-panel figure to `path` (PNG); `before` adds step-0 held-out accuracies."""
-    figure, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
+    figure = Figure(figsize=(13, 7), layout="constrained")
+    axes = figure.subplots(2, 3)
     for axis, (title, keys) in zip(axes.flat, PANELS):
         for key in keys:
             points = [(r["step"], r[key]) for r in records if key in r]
@@ -50,5 +48,4 @@ def plot_training_curves(records: list[dict], before: dict | None, path: str | P
             axis.legend(fontsize=8)
     path = Path(path)
     figure.savefig(path, dpi=100)
-    plt.close(figure)
     return path

@@ -1,0 +1,281 @@
+"""The notebooks, run for real: Jupyter kernels (nbclient) and the nbgrader release/autograde workflow.
+
+- every solutions/ notebook executes headless without error (its self-check cells included); the
+  graded ones are executed once, by nbgrader autograde, and the other tests read its output;
+- every notebooks/ notebook runs up to its first student cell;
+- notebooks/ is byte for byte what `python -m course.release` makes from solutions/;
+- nbgrader (generate_assignment, autograde with the sqlite gradebook) gives the solutions full marks
+  and the blank release zero; `pytest autograder --submission solutions` gives full marks;
+- the notebooks' nbgrader metadata is what nbgrader and the autograder rely on.
+
+The kernel is this interpreter (`sys.executable`), whatever kernelspecs the machine has: a
+throw-away `python3` kernelspec is put first on JUPYTER_PATH, and the repository on PYTHONPATH, for
+the kernels and for the nbgrader subprocesses. Nothing has to be installed beyond the project's
+dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import course
+from course.release import ASSIGNMENT, nbgrader_environment, stale_files
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = REPO_ROOT / "solutions"
+NOTEBOOKS = REPO_ROOT / "notebooks"
+SOLUTION_NAMES = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
+CELL_TIMEOUT_S = 900  # the end-to-end notebook trains for a couple of minutes in one cell
+STUDENT = "student"
+
+
+@pytest.fixture(scope="session")
+def kernel_environment(tmp_path_factory):
+    """Point Jupyter's `python3` kernel at this interpreter and make the repo importable."""
+    jupyter_path = tmp_path_factory.mktemp("jupyter_path")
+    spec_dir = jupyter_path / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (tests)", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    saved = {key: os.environ.get(key) for key in ("JUPYTER_PATH", "PYTHONPATH", "MPLBACKEND")}
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, (str(jupyter_path), saved["JUPYTER_PATH"])))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), saved["PYTHONPATH"])))
+    os.environ.pop("MPLBACKEND", None)  # let ipykernel use its inline backend
+    yield dict(os.environ)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def execute(notebook: nbformat.NotebookNode, cwd: Path) -> float:
+    """Run every cell in a fresh kernel; raise nbclient's CellExecutionError on the first error."""
+    start = time.perf_counter()
+    NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return time.perf_counter() - start
+
+
+def nbgrader_meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def error_outputs(notebook) -> list[str]:
+    return [f"cell {cell.get('id')}: {out.get('ename')}: {out.get('evalue')}"
+            for cell in notebook.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def cell_seconds(cell) -> float:
+    """Execution time nbclient recorded in the cell's metadata (0 if it has none)."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    if "iopub.execute_input" not in timing or "shell.execute_reply" not in timing:
+        return 0.0
+    parse = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(timing["shell.execute_reply"]) - parse(timing["iopub.execute_input"])).total_seconds()
+
+
+def graded_notebooks() -> list[str]:
+    return [name for name in SOLUTION_NAMES
+            if any(nbgrader_meta(c).get("grade") for c in nbformat.read(SOLUTIONS / name, 4).cells)]
+
+
+# --- static: the metadata nbgrader and the autograder rely on ------------------------------------
+
+def test_there_are_seven_stages_released():
+    assert len(SOLUTION_NAMES) == 7, SOLUTION_NAMES
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
+
+
+@pytest.mark.parametrize("name", SOLUTION_NAMES)
+def test_solution_notebook_metadata(name):
+    notebook = nbformat.read(SOLUTIONS / name, as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.metadata["kernelspec"]["name"] == "python3"
+    grade_ids = []
+    for cell in notebook.cells:
+        meta = nbgrader_meta(cell)
+        assert cell.get("outputs", []) == [], f"{name}: cell {cell.id} is stored with outputs"
+        if not meta:
+            continue  # a free cell the student may edit
+        grade_ids.append(meta["grade_id"])
+        assert meta["schema_version"] == 3
+        if meta["solution"]:
+            assert cell.cell_type == "code" and not meta["grade"] and not meta["locked"]
+            source = cell.source
+            assert source.count("### BEGIN SOLUTION") == 1 and source.count("### END SOLUTION") == 1
+            # the signature and docstring stay outside the region, so the release keeps them
+            assert re.search(r"^def \w+\(", source.split("### BEGIN SOLUTION")[0], re.M), cell.id
+        elif meta["grade"]:
+            assert meta["locked"] and meta["points"] > 0
+            assert "self_check(" in cell.source, f"{name}: test cell {cell.id} does not run self_check"
+        else:
+            assert meta["locked"], f"{name}: read-only cell {cell.id} is not locked"
+    assert len(grade_ids) == len(set(grade_ids)), f"{name}: duplicate grade_ids"
+
+
+def test_every_graded_function_has_one_solution_cell_and_one_check():
+    defined, checked = {}, {}
+    for name in SOLUTION_NAMES:
+        for cell in nbformat.read(SOLUTIONS / name, as_version=4).cells:
+            meta = nbgrader_meta(cell)
+            if meta.get("solution"):
+                for function in re.findall(r"^def (\w+)\(", cell.source, re.M):
+                    defined.setdefault(function, []).append(name)
+            if meta.get("grade"):
+                for target in re.findall(r"self_check\(\s*\"(\w+)\"", cell.source):
+                    checked.setdefault(target, []).append(name)
+    for function in course.GRADED_FUNCTIONS:
+        assert len(defined.get(function, [])) == 1, f"{function} is defined in {defined.get(function)}"
+        stage = next(key for key, names in course.STAGES.items() if function in names)
+        covering = checked.get(function, []) + checked.get(stage, [])
+        assert covering == defined[function], f"{function}: checked in {covering}, defined in {defined[function]}"
+
+
+# --- executing the notebooks -----------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SOLUTION_NAMES)
+def test_solution_notebook_executes(name, request, kernel_environment, tmp_path):
+    """Every cell runs without error, self-check cells included.
+
+    The graded notebooks are executed once, by `nbgrader autograde` of the solutions (nbgrader's
+    Execute preprocessor is nbclient's NotebookClient, in a real kernel); here we read its output.
+    The others run through nbclient directly.
+    """
+    if name in graded_notebooks():
+        course_dir, _ = request.getfixturevalue("autograded_course")
+        notebook = nbformat.read(course_dir / "autograded" / "solutions" / ASSIGNMENT / name, as_version=4)
+        unexecuted = [c.id for c in notebook.cells if c.cell_type == "code" and c.execution_count is None]
+        assert unexecuted == [], f"{name}: cells not executed: {unexecuted}"
+        seconds = sum(cell_seconds(c) for c in notebook.cells)
+    else:
+        notebook = nbformat.read(SOLUTIONS / name, as_version=4)
+        shutil.copytree(SOLUTIONS, tmp_path / "solutions")  # run beside its siblings, write nothing into the repo
+        seconds = execute(notebook, tmp_path / "solutions")
+    print(f"\n{name}: cells executed in {seconds:.1f} s")
+    assert error_outputs(notebook) == []
+    for cell in notebook.cells:
+        if nbgrader_meta(cell).get("grade"):  # self-check cells print their table
+            assert any(out.get("output_type") == "stream" for out in cell.outputs), cell.id
+
+
+@pytest.mark.parametrize("name", SOLUTION_NAMES)
+def test_release_notebook_runs_up_to_first_student_cell(name, kernel_environment, tmp_path):
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    first = next((i for i, c in enumerate(notebook.cells) if nbgrader_meta(c).get("solution")), None)
+    assert first is not None, f"{name} has no student cell"
+    assert "raise NotImplementedError()" in notebook.cells[first].source
+    assert "BEGIN SOLUTION" not in json.dumps(notebook), f"{name} leaks a solution"
+    notebook.cells = notebook.cells[:first]
+    execute(notebook, tmp_path)
+
+
+def test_release_is_what_nbgrader_makes_from_solutions():
+    stale = stale_files(SOLUTIONS, NOTEBOOKS)
+    assert stale == [], f"notebooks/ is out of date for {stale}: run `python -m course.release`"
+
+
+def test_release_drift_is_detected(tmp_path):
+    """The drift check can fail: edit one solution notebook and it reports exactly that file."""
+    solutions = tmp_path / "solutions"
+    shutil.copytree(SOLUTIONS, solutions)
+    edited = solutions / SOLUTION_NAMES[0]
+    notebook = nbformat.read(edited, as_version=4)
+    notebook.cells[0].source += "\n\nAn instructor's late edit."
+    nbformat.write(notebook, edited)
+    assert SOLUTION_NAMES[0] in stale_files(solutions, NOTEBOOKS)
+
+
+# --- the nbgrader workflow ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def autograded_course(kernel_environment, tmp_path_factory):
+    """A temporary nbgrader course: generate_assignment, then autograde two submissions of the
+    graded notebooks: the solutions (student "solutions") and the blank release ("blank").
+    Returns (course_dir, names of the graded notebooks)."""
+    course_dir = tmp_path_factory.mktemp("nbgrader_course")
+    (course_dir / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        f"c.Execute.timeout = {CELL_TIMEOUT_S}\n"  # nbgrader's default is 30 s per cell
+    )
+    names = graded_notebooks()
+    source = course_dir / "source" / ASSIGNMENT
+    source.mkdir(parents=True)
+    for name in names:
+        shutil.copyfile(SOLUTIONS / name, source / name)
+
+    start = time.perf_counter()
+    (course_dir / ".jupyter_config").mkdir()
+    env = nbgrader_environment(course_dir / ".jupyter_config")  # no user config, repo importable
+
+    def nbgrader(*args):
+        result = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--course-dir={course_dir}"],
+                                cwd=course_dir, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, f"nbgrader {args}:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    nbgrader("generate_assignment", ASSIGNMENT, "--force")
+    for student, folder in (("solutions", SOLUTIONS), ("blank", NOTEBOOKS)):
+        submitted = course_dir / "submitted" / student / ASSIGNMENT
+        submitted.mkdir(parents=True)
+        for name in names:
+            shutil.copyfile(folder / name, submitted / name)
+    nbgrader("autograde", ASSIGNMENT, "--force")
+    seconds = time.perf_counter() - start
+    print(f"\nnbgrader generate_assignment + autograde of {len(names)} notebooks x 2 submissions: {seconds:.1f} s")
+    return course_dir, names
+
+
+def gradebook_scores(course_dir: Path, student: str, names: list[str]) -> dict[str, tuple[float, float]]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gradebook:
+        return {name: (nb.score, nb.max_score)
+                for name in names
+                for nb in [gradebook.find_submission_notebook(Path(name).stem, ASSIGNMENT, student)]}
+
+
+@pytest.mark.slow
+def test_nbgrader_gives_the_solutions_full_marks(autograded_course):
+    course_dir, names = autograded_course
+    scores = gradebook_scores(course_dir, "solutions", names)
+    assert all(maximum > 0 for _, maximum in scores.values()), scores
+    assert all(score == maximum for score, maximum in scores.values()), scores
+
+
+@pytest.mark.slow
+def test_nbgrader_gives_the_blank_release_zero(autograded_course):
+    course_dir, names = autograded_course
+    scores = gradebook_scores(course_dir, "blank", names)
+    assert all(maximum > 0 for _, maximum in scores.values()), scores
+    assert all(score == 0 for score, _ in scores.values()), scores
+
+
+@pytest.mark.slow
+def test_autograder_gives_the_solutions_full_marks(kernel_environment, tmp_path):
+    results = tmp_path / "results.json"
+    command = [sys.executable, "-m", "pytest", "autograder", "--submission", str(SOLUTIONS),
+               "--results", str(results), "-p", "no:cacheprovider", "-q"]
+    run = subprocess.run(command, cwd=REPO_ROOT, env=kernel_environment, capture_output=True, text=True)
+    assert results.exists(), f"no results.json:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
+    report = json.loads(results.read_text())
+    maximum = sum(test["max_score"] for test in report["tests"])
+    lost = [f"{t['name']}: {t['score']}/{t['max_score']} {t.get('output', '')[:200]}"
+            for t in report["tests"] if t["score"] != t["max_score"]]
+    assert maximum > 0 and report["score"] == pytest.approx(maximum), "\n".join(lost)
+    graded = {t["name"].split(":")[0] for t in report["tests"]}
+    assert set(course.GRADED_FUNCTIONS) <= graded, set(course.GRADED_FUNCTIONS) - graded
