@@ -114,7 +114,15 @@ def pg_none(ctx) -> None:
 
 @check(PG, "noclip: −A·r with r = exp(log π − sg(log π_old))", points=1)
 def pg_noclip(ctx) -> None:
-    judge_cases(ctx, f"{PG}/batch", lambda run: _pg_judge(ctx, "noclip", run))
+    def judge(run):
+        cotangent = run.inputs["response_mask"].double()
+        response = _pg_judge(ctx, "noclip", run, {"grad_wrt": ["old_log_probs"],
+                                                  "backward": {"path": "0", "cotangent": cotangent}})
+        grad = response.get("grads", {}).get("old_log_probs")
+        if grad is not None and float(grad.abs().max()) > 0:
+            raise Fail("the loss has a gradient with respect to old_log_probs: this looks like log π_old "
+                       "not detached; fix: r = exp(log π − old_log_probs.detach())")
+    judge_cases(ctx, f"{PG}/batch", judge)
 
 
 @check(PG, "grpo: −min(r·A, clip(r, 1−ε, 1+ε)·A)", points=2)
