@@ -107,6 +107,13 @@ def _pg_judge(ctx, method: str, run, extra=None) -> dict:
     return response
 
 
+def _pg_gradient(ctx, method: str, run, wrt: str):
+    """Judge `method`'s values, then return d(Σ masked loss)/d`wrt` (None when no gradient reaches it)."""
+    cotangent = run.inputs["response_mask"].double()
+    response = _pg_judge(ctx, method, run, {"grad_wrt": [wrt], "backward": {"path": "0", "cotangent": cotangent}})
+    return response.get("grads", {}).get(wrt)
+
+
 @check(PG, "none: −A·log π", points=1)
 def pg_none(ctx) -> None:
     judge_cases(ctx, f"{PG}/batch", lambda run: _pg_judge(ctx, "none", run))
@@ -115,10 +122,7 @@ def pg_none(ctx) -> None:
 @check(PG, "noclip: −A·r with r = exp(log π − sg(log π_old))", points=1)
 def pg_noclip(ctx) -> None:
     def judge(run):
-        cotangent = run.inputs["response_mask"].double()
-        response = _pg_judge(ctx, "noclip", run, {"grad_wrt": ["old_log_probs"],
-                                                  "backward": {"path": "0", "cotangent": cotangent}})
-        grad = response.get("grads", {}).get("old_log_probs")
+        grad = _pg_gradient(ctx, "noclip", run, "old_log_probs")
         if grad is not None and float(grad.abs().max()) > 0:
             raise Fail("the loss has a gradient with respect to old_log_probs: this looks like log π_old "
                        "not detached; fix: r = exp(log π − old_log_probs.detach())")
@@ -170,12 +174,10 @@ def pg_gspo(ctx) -> None:
 def pg_cispo(ctx) -> None:
     def judge(run):
         cotangent = run.inputs["response_mask"].double()
-        response = _pg_judge(ctx, "cispo", run, {"grad_wrt": ["policy_log_probs"],
-                                                 "backward": {"path": "0", "cotangent": cotangent}})
+        grad = _pg_gradient(ctx, "cispo", run, "policy_log_probs")
         a, r, mask = _parts(run.inputs)
         weight = r.clamp(max=1 + EPS)
         expected = -weight * a * cotangent
-        grad = response.get("grads", {}).get("policy_log_probs")
         if grad is None:
             raise Fail("the CISPO loss has no gradient with respect to policy_log_probs")
         attached = torch.where(r < 1 + EPS, -a * r * (1 + run.inputs["policy_log_probs"]), -a * weight) * cotangent

@@ -106,11 +106,12 @@ def build(bug: str = "") -> dict:
             raise ValueError(f"{method} needs old_log_probs")
         if method != "noclip" and cliprange is None:
             raise ValueError(f"{method} needs cliprange")
-        log_r = policy_log_probs - old_log_probs.detach()
+        attached = bug == "noclip_old_attached" and method == "noclip"
+        log_r = policy_log_probs - (old_log_probs if attached else old_log_probs.detach())
         r = log_r.exp()
         meta = {}
         if method == "noclip":
-            loss = -a * r
+            loss = -a * (1 / r if bug == "noclip_ratio_inverted" else r)
         elif method == "grpo":
             pick = torch.maximum if bug == "grpo_max" else torch.minimum
             loss = -pick(r * a, r.clamp(1 - cliprange, 1 + cliprange) * a)
