@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
         dist.init_process_group("gloo")
     try:
         summary = train(TrainConfig(**args), out)
+        if distributed:
+            dist.barrier()  # no rank tears gloo down while another is still communicating
     finally:
         if distributed:
             dist.destroy_process_group()

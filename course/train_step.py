@@ -153,14 +153,26 @@ def grpo_train_step(
             statistics.add_mean(key, 0.0, 0.0)
     total_loss = torch.zeros((), dtype=torch.float64)
     non_finite = torch.zeros((), dtype=torch.float64)
-    for index, rows in enumerate(microbatches):
-        mask = response_mask[rows]  # (b, T)
-        # trailing columns past every row's last response token cannot change any graded position
-        width = int(mask.any(dim=0).nonzero().max()) + 1 if mask.any() else 1
-        mask = mask[:, :width].to(device)
+    # Under DDP every forward may broadcast buffers and the last backward all-reduces gradients, so
+    # every rank makes the same number of passes; a rank short of rows adds zero-weight passes.
+    passes = len(microbatches)
+    if is_ddp:
+        passes_tensor = torch.tensor(passes, dtype=torch.int64)
+        dist.all_reduce(passes_tensor, op=dist.ReduceOp.MAX)
+        passes = int(passes_tensor)
+    for index in range(passes):
         # DDP all-reduces on the last backward only; the others accumulate locally
-        sync = is_ddp and index < len(microbatches) - 1
+        sync = is_ddp and index < passes - 1
         with model.no_sync() if sync else contextlib.nullcontext():
+            if index >= len(microbatches):
+                probe = get_response_log_probs(model, input_ids[:1].to(device), labels[:1].to(device))
+                (probe["log_probs"].sum() * 0.0).backward()
+                continue
+            rows = microbatches[index]
+            mask = response_mask[rows]  # (b, T)
+            # trailing columns past every row's last response token cannot change any graded position
+            width = int(mask.any(dim=0).nonzero().max()) + 1 if mask.any() else 1
+            mask = mask[:, :width].to(device)
             scored = get_response_log_probs(
                 model, input_ids[rows, :width].to(device), labels[rows, :width].to(device),
                 return_token_entropy=True,
@@ -180,10 +192,6 @@ def grpo_train_step(
         non_finite += float(not torch.isfinite(loss))
         total_loss += loss.double().cpu() / world_size
         _record(statistics, loss_metadata, scored["token_entropy"], mask)
-    if is_ddp and not microbatches:
-        # every rank must join the gradient all-reduce; this rank contributes zeros
-        probe = get_response_log_probs(model, input_ids[:1].to(device), labels[:1].to(device))["log_probs"]
-        (probe.sum() * 0.0).backward()
 
     # Parameters no row reached get zeros, so the optimizer steps as on the unskipped batch.
     for parameter in model.parameters():
