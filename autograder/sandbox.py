@@ -3,17 +3,15 @@
 Isolation, in layers: a fresh interpreter (`python -I`: no PYTHONPATH, no user site) in an empty
 temporary directory; an environment with only what torch needs; `setrlimit` caps on address space,
 file size and core dumps; a wall-clock deadline per request, after which the whole process group
-is killed; answers decoded with `torch.load(weights_only=True)` and then checked to be plain data.
+is killed; answers decoded by `autograder.wire` (size-capped, checked before anything is built).
 A worker that dies or hangs is replaced by a fresh one for the next request.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import pickle
-import select
 import shutil
 import signal
 import subprocess
@@ -22,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+from autograder import wire
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-MAX_MESSAGE_BYTES = 512 * 2**20
 
 
 class WorkerError(Exception):
@@ -34,25 +31,6 @@ class WorkerError(Exception):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
-
-
-def check_plain(value, depth: int = 0) -> None:
-    """Raise unless `value` is plain data: the only things the judges are willing to look at."""
-    if depth > 8:
-        raise ValueError("nested too deep")
-    if type(value) is torch.Tensor or value is None or type(value) in (bool, int, float, str):
-        return
-    if type(value) is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                raise ValueError("non-string key")
-            check_plain(item, depth + 1)
-        return
-    if type(value) in (list, tuple):
-        for item in value:
-            check_plain(item, depth + 1)
-        return
-    raise ValueError(f"not plain data: {type(value).__name__}")
 
 
 NOBODY = 65534
@@ -141,47 +119,39 @@ class Worker:
         self._write(message)
         return self._read(timeout, f"running {message.get('function', 'a probe')}")
 
-    def _write(self, message: dict) -> None:
-        payload = pickle.dumps(message)
+    def _write(self, message: dict, timeout: float | None = None) -> None:
+        """Send one request (a pickle: the worker is the untrusted side), never blocking for long."""
         try:
-            self.process.stdin.write(len(payload).to_bytes(8, "little") + payload)
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError):
+            fd = self.process.stdin.fileno()
+            os.set_blocking(fd, False)
+            wire.write_frame(fd, pickle.dumps(message),
+                             time.monotonic() + (timeout or self.load_timeout))
+        except wire.Timeout:
+            self.kill()
+            raise WorkerError("timeout", "the worker stopped reading the grader's requests") \
+                from None
+        except (OSError, ValueError):
             pass  # the read below reports the crash
 
     def _read(self, timeout: float, doing: str) -> dict:
-        deadline = time.monotonic() + timeout
-        data = bytearray()
-        expected = None
-        while expected is None or len(data) < expected + 8:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([self.read_fd], [], [], remaining)[0]:
-                self.kill()
-                raise WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing} "
-                                             "(an infinite loop, or far too slow?)")
-            chunk = os.read(self.read_fd, 1 << 20)
-            if not chunk:
-                code = self.process.wait()
-                tail = self.log_tail()
-                self.kill()
-                raise WorkerError("crash", f"the worker process died while {doing} "
-                                           f"(exit code {code}; did the code call os._exit or "
-                                           f"sys.exit, or run out of memory?){tail}")
-            data += chunk
-            if expected is None and len(data) >= 8:
-                expected = int.from_bytes(data[:8], "little")
-                if expected > MAX_MESSAGE_BYTES:
-                    self.kill()
-                    raise WorkerError("garbage", f"an oversized answer while {doing}")
+        """One answer, decoded by `autograder.wire` (size-capped, under a time limit)."""
         try:
-            message = torch.load(io.BytesIO(bytes(data[8:8 + expected])), weights_only=True)
-            check_plain(message)
-            if type(message) is not dict:
-                raise ValueError("not a dict")
-        except Exception as exc:
+            return wire.decode(wire.read_frame(self.read_fd, time.monotonic() + timeout))
+        except wire.Timeout:
             self.kill()
-            raise WorkerError("garbage", f"an unreadable answer while {doing} ({exc})") from None
-        return message
+            raise WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing} "
+                                         "(an infinite loop, or far too slow?)") from None
+        except wire.Closed:
+            code = self.process.wait()
+            tail = self.log_tail()
+            self.kill()
+            raise WorkerError("crash", f"the worker process died while {doing} "
+                                       f"(exit code {code}; did the code call os._exit or "
+                                       f"sys.exit, or run out of memory?){tail}") from None
+        except wire.WireError as exc:
+            self.kill()
+            raise WorkerError("garbage", f"an answer the grader refuses while {doing}: {exc}") \
+                from None
 
     def log_tail(self, characters: int = 600) -> str:
         with contextlib.suppress(OSError):

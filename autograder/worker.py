@@ -2,8 +2,8 @@
 
 Started by `autograder.sandbox.Worker` as `python -I worker.py RESULT_FD REPO_ROOT` in an empty
 temporary directory, with a scrubbed environment and resource limits. Requests arrive on stdin
-(pickled by the trusted parent); responses leave on RESULT_FD as `torch.save` bytes of plain data,
-which the parent reads with `torch.load(weights_only=True)`. Whatever the student's code prints goes
+(pickled by the trusted parent); responses leave on RESULT_FD as plain data in the format of
+`autograder.wire`, which the parent checks before it builds anything. Whatever the student's code prints goes
 to a log file, never to the grader's terminal.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import io
 import os
 import pickle
 import sys
@@ -20,21 +19,20 @@ from collections import Counter
 
 
 def _receive():
-    header = sys.stdin.buffer.read(8)
-    if len(header) < 8:
+    """The next request (a pickle from the trusted parent), or None when the parent closed stdin."""
+    from autograder import wire  # first imported here, before the submission is loaded
+
+    try:
+        return pickle.loads(wire.read_frame(0, None, cap=2**40))
+    except wire.Closed:
         return None
-    return pickle.loads(sys.stdin.buffer.read(int.from_bytes(header, "little")))
 
 
 def _send(fd: int, message: dict) -> None:
-    import torch
+    """Answer in the wire format the parent decodes (`autograder.wire`), never a pickle."""
+    from autograder import wire
 
-    buffer = io.BytesIO()
-    torch.save(message, buffer)
-    payload = buffer.getvalue()
-    view = memoryview(len(payload).to_bytes(8, "little") + payload)
-    while view:
-        view = view[os.write(fd, view[: 1 << 20]):]
+    wire.write_frame(fd, wire.encode(message))
 
 
 def _exec_statements(unit: dict, errors: list) -> dict:
