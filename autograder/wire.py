@@ -27,6 +27,7 @@ import math
 import os
 import select
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -143,6 +144,14 @@ def _refuse_constant(text: str):
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[text]
 
 
+@dataclass(frozen=True)
+class _Pending:
+    dtype: torch.dtype
+    shape: list
+    offset: int
+    nbytes: int
+
+
 class _Decoder:
     def __init__(self, tail: memoryview, deadline: float):
         self.tail, self.offset, self.deadline = tail, 0, deadline
@@ -177,7 +186,9 @@ class _Decoder:
             return self.tensor(body)
         raise WireError("a value of unknown form")
 
-    def tensor(self, descriptor) -> torch.Tensor:
+    def tensor(self, descriptor) -> _Pending:
+        """Check a tensor descriptor and claim its bytes; the tensor is built only once every
+        descriptor of the answer has been checked."""
         self.tensors += 1
         if self.tensors > MAX_TENSORS:
             raise WireError(f"more than {MAX_TENSORS:,} tensors")
@@ -194,14 +205,26 @@ class _Decoder:
         if nbytes > len(self.tail) - self.offset:
             raise WireError(f"a {name} tensor of shape {tuple(shape)} needs {nbytes:,} bytes, "
                             f"the answer has {len(self.tail) - self.offset:,} left")
-        if nbytes == 0:
-            return torch.empty(shape, dtype=dtype)
-        data = bytearray(self.tail[self.offset:self.offset + nbytes])  # a private copy
         self.offset += nbytes
-        tensor = torch.frombuffer(data, dtype=dtype).reshape(shape)
-        if dtype is torch.bool and bool((tensor.view(torch.uint8) > 1).any()):
-            raise WireError("a bool tensor with bytes other than 0 and 1")
-        return tensor
+        return _Pending(dtype, shape, self.offset - nbytes, nbytes)
+
+    def build(self, x):
+        """Replace each checked descriptor by its tensor, made from a private copy of its bytes."""
+        if type(x) is _Pending:
+            if x.nbytes == 0:
+                return torch.empty(x.shape, dtype=x.dtype)
+            data = bytearray(self.tail[x.offset:x.offset + x.nbytes])
+            tensor = torch.frombuffer(data, dtype=x.dtype).reshape(x.shape)
+            if x.dtype is torch.bool and bool((tensor.view(torch.uint8) > 1).any()):
+                raise WireError("a bool tensor with bytes other than 0 and 1")
+            return tensor
+        if type(x) is list:
+            return [self.build(v) for v in x]
+        if type(x) is tuple:
+            return tuple(self.build(v) for v in x)
+        if type(x) is dict:
+            return {k: self.build(v) for k, v in x.items()}
+        return x
 
 
 def decode(payload: bytes, seconds: float = DECODE_SECONDS) -> dict:
@@ -229,8 +252,9 @@ def decode(payload: bytes, seconds: float = DECODE_SECONDS) -> dict:
         raise WireError(f"nested deeper than {MAX_DEPTH}") from None
     if decoder.offset != len(decoder.tail):
         raise WireError(f"{len(decoder.tail) - decoder.offset:,} bytes after the last tensor")
-    if time.monotonic() > deadline:
-        raise WireError(f"decoding took longer than {seconds:g} s")
     if type(message) is not dict:
         raise WireError(f"an answer that is a {type(message).__name__}, not a dict")
+    message = decoder.build(message)
+    if time.monotonic() > deadline:
+        raise WireError(f"decoding took longer than {seconds:g} s")
     return message
