@@ -92,7 +92,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    from autograder.report import check_table, stage_table
+    from autograder.report import check_table, escape, stage_table
 
     grading_session = config.stash.get(_session_key, None)
     if grading_session is None:
@@ -101,9 +101,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     write = terminalreporter.write_line
     terminalreporter.section("autograder")
     for note in ([grader.load_failure] if grader.load_failure else []) + grader.load_errors:
-        write(f"note: {note}")
+        write(f"note: {escape(note)}")
     if grading_session.tampering:
-        write("TAMPERING: " + "; ".join(grading_session.tampering))
+        write("TAMPERING: " + escape("; ".join(grading_session.tampering)))
     for line in check_table(grader.results):
         write(line)
     write("")

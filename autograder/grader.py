@@ -8,7 +8,6 @@ so one broken function costs only its own checks.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
@@ -19,6 +18,7 @@ import torch
 
 from autograder import core
 from autograder.core import CASES, Fail
+from autograder.results import write_results
 from autograder.sandbox import Worker, WorkerError
 from autograder.submission import Submission
 
@@ -166,7 +166,7 @@ class Grader:
         return sum(r["score"] for r in graded), sum(r["max_score"] for r in graded)
 
     def write_results(self, path: str | Path) -> None:
-        """Gradescope's results.json, written atomically (rewritten after every check)."""
+        """Gradescope's results.json, escaped and written safely (`autograder.results`)."""
         score, _ = self.totals()
         notes = [f"fresh-input seed {self.seed}"] + self.load_errors[:10]
         if self.load_failure:
@@ -176,10 +176,7 @@ class Grader:
         document = {"score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
                     "output": "\n".join(notes), "visibility": "visible",
                     "stdout_visibility": "hidden", "tests": tests}
-        path = Path(path)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(document, indent=2))
-        os.replace(temporary, path)
+        write_results(document, path)
 
     def close(self) -> None:
         self.runner.close()

@@ -1,10 +1,31 @@
-"""The score table printed at the end of `pytest autograder` (and by notebook self-checks)."""
+"""The score table printed at the end of `pytest autograder` (and by notebook self-checks).
+
+Every text here may carry words of the submission (exception messages, load errors, the worker's
+last output), so it is escaped before it is shown: a terminal control sequence, a carriage return
+or a bidirectional override would otherwise act on the grader's terminal (clear it, rewrite a line,
+reorder what a score line says) instead of being read.
+"""
 
 from __future__ import annotations
 
 import textwrap
 
 from autograder.reference import STAGES
+
+MAX_LINE = 2_000  # characters of one output line in the table (the rest is cut, and says so)
+
+
+def escape(text, limit: int | None = None) -> str:
+    """`text` with every character that is not printable (control codes, ANSI escapes, \\r,
+    bidirectional and other format characters, lone surrogates) written out as its Python escape,
+    `\\x1b` for ESC; newlines stay. With `limit`, at most that many characters, and a note."""
+    text = str(text)
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]} [... {len(text) - limit:,} more characters]"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 def check_table(results: list[dict], width: int = 100) -> list[str]:
@@ -14,8 +35,8 @@ def check_table(results: list[dict], width: int = 100) -> list[str]:
         points = "   -   " if r["status"] == "skipped" else f"{r['score']:g}/{r['max_score']:g}".center(7)
         lines.append(f"{mark} {points} {r['name']}")
         if r["status"] != "passed":
-            for part in str(r["output"]).splitlines()[:12]:
-                lines.extend(textwrap.wrap(part, width, initial_indent=" " * 13,
+            for part in escape(r["output"]).split("\n")[:12]:
+                lines.extend(textwrap.wrap(escape(part, MAX_LINE), width, initial_indent=" " * 13,
                                            subsequent_indent=" " * 15) or [""])
     return lines
 

@@ -4,6 +4,7 @@ import pytest
 
 from autograder import checks  # noqa: F401  (registers the checks)
 from autograder.core import CHECKS
+from autograder.report import escape
 
 
 def _param(check):
@@ -18,4 +19,5 @@ def test_check(check, grading) -> None:
     if result["status"] == "skipped":
         pytest.skip(result["output"])
     if result["status"] == "failed":
-        pytest.fail(f"{result['score']:g}/{result['max_score']:g} points: {result['output']}", pytrace=False)
+        pytest.fail(f"{result['score']:g}/{result['max_score']:g} points: {escape(result['output'])}",
+                    pytrace=False)
