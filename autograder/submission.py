@@ -6,18 +6,38 @@ stays exploration) — and drop everything else
 (exploration, plots, training loops, self-check calls), so a cell that trains for an hour or calls
 `os._exit` at top level never runs. IPython magics (`%...`, `!...`) are dropped before parsing.
 When several notebooks are given, a graded name defined with `def` wins over one merely imported.
+
+A notebook is hostile input too: any JSON shape, bytes that are not UTF-8, a cell nested too deeply
+for the parser, a huge cell or a hundred thousand of them. The work is bounded (file size, cells,
+characters parsed), a malformed cell or notebook costs only its own definitions, and each problem
+is reported with what was skipped; reading a submission never raises.
 """
 
 from __future__ import annotations
 
 import ast
+import errno
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.reference import GRADED_FUNCTIONS
 
 KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Bounds on the work a submission can make the grader do before anything runs. The course's
+# notebooks are ~40 kB with under 40 cells, the longest cell ~8 kB; outputs (plots) can add MBs.
+MAX_NOTEBOOK_BYTES = 50 * 2**20  # one notebook file, outputs included
+MAX_CELLS = 5_000  # cells read per notebook
+MAX_CELL_CHARS = 256 * 2**10  # one code cell's source
+MAX_SOURCE_CHARS = 2 * 2**20  # code cells parsed, all notebooks together
+MAX_NOTEBOOKS = 100  # notebooks read from one folder
+MAX_REPORTED = 5  # skipped cells named one by one per notebook
+
+
+class NotebookError(ValueError):
+    """A notebook that cannot be read at all (the message says why)."""
 
 
 @dataclass
@@ -55,31 +75,117 @@ def _strip_magics(source: str) -> str:
                      for line in source.splitlines())
 
 
-def read_notebook(path: Path) -> tuple[dict, list]:
-    """One notebook → a unit of kept statements, plus any problems found (syntax errors)."""
-    notebook = json.loads(path.read_text(encoding="utf-8"))
+def _read_bytes(path: Path, follow_links: bool) -> bytes:
+    """The file's bytes, at most MAX_NOTEBOOK_BYTES; never blocks on a pipe or reads a device."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as exc:
+        raise NotebookError("it is a link" if exc.errno == errno.ELOOP
+                            else f"it cannot be opened ({exc.strerror})") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotebookError("it is not a regular file")
+        if info.st_size > MAX_NOTEBOOK_BYTES:
+            raise NotebookError(f"it is {info.st_size / 2**20:.0f} MB, over the limit of "
+                                f"{MAX_NOTEBOOK_BYTES // 2**20} MB")
+        return handle.read(MAX_NOTEBOOK_BYTES + 1)[:MAX_NOTEBOOK_BYTES]
+
+
+def _notebook_cells(data: bytes) -> list:
+    try:
+        notebook = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise NotebookError(f"it is not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise NotebookError("its JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise NotebookError(f"it is not JSON ({str(exc)[:100]})") from None
+    if not isinstance(notebook, dict):
+        raise NotebookError(f"its JSON is {_json_kind(notebook)}, not a notebook object")
+    if not isinstance(notebook.get("cells"), list):
+        raise NotebookError("it has no list of cells")
+    return notebook["cells"]
+
+
+def _json_kind(value) -> str:
+    kinds = {dict: "an object", list: "a list", str: "text", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _cell_source(cell) -> str | None:
+    """The source of a code cell (None for any other cell); TypeError if it is malformed."""
+    if not isinstance(cell, dict):
+        raise TypeError(f"the cell is {_json_kind(cell)}, not an object")
+    if cell.get("cell_type") != "code":
+        return None
+    source = cell.get("source", "")
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        source = "".join(source)
+    if not isinstance(source, str):
+        what = "a list of more than text" if isinstance(source, list) else _json_kind(source)
+        raise TypeError(f"its source is {what}, not text")
+    return source
+
+
+def read_notebook(path: Path, follow_links: bool = True,
+                  budget: int = MAX_SOURCE_CHARS) -> tuple[dict, list, int]:
+    """One notebook -> a unit of kept statements, the problems found (each says what was skipped)
+    and the characters of code parsed (at most `budget`). A malformed cell costs only that cell;
+    NotebookError if the notebook cannot be read at all."""
+    cells = _notebook_cells(_read_bytes(path, follow_links))
     statements, problems, defined, imported = [], [], set(), set()
-    code_cells = [c for c in notebook.get("cells", []) if c.get("cell_type") == "code"]
-    for number, cell in enumerate(code_cells, start=1):
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
+    parsed = 0
+    skipped = []  # (cell number, why)
+    if len(cells) > MAX_CELLS:
+        problems.append(f"{path.name}: only the first {MAX_CELLS:,} of its {len(cells):,} cells "
+                        "were read")
+    number = 0
+    for index, cell in enumerate(cells[:MAX_CELLS], start=1):
+        try:
+            source = _cell_source(cell)
+        except TypeError as exc:
+            skipped.append((f"cell {index}", str(exc)))
+            continue
+        if source is None:
+            continue
+        number += 1
         label = f"{path.name}, code cell {number}"
+        if len(source) > MAX_CELL_CHARS:
+            skipped.append((f"code cell {number}", f"{len(source):,} characters, over the limit "
+                                                   f"of {MAX_CELL_CHARS:,}"))
+            continue
+        if parsed + len(source) > budget:
+            skipped.append((f"code cell {number}", f"not read: the submission's code cells "
+                                                   f"before it hold {MAX_SOURCE_CHARS:,} characters"))
+            continue
+        parsed += len(source)
         try:
             tree = ast.parse(_strip_magics(source), filename=label)
+            kept = [(node, ast.unparse(node)) for node in tree.body
+                    if isinstance(node, KEPT) or _is_constant_assignment(node)]
         except SyntaxError as exc:
-            problems.append(f"{label}: SyntaxError: {exc.msg} (line {exc.lineno}); "
-                            "the definitions in this cell were not graded")
+            skipped.append((f"code cell {number}", f"SyntaxError: {exc.msg} (line {exc.lineno})"))
             continue
-        for node in tree.body:
-            if isinstance(node, KEPT) or _is_constant_assignment(node):
-                statements.append((f"{label}, line {node.lineno}", ast.unparse(node)))
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    defined.add(node.name)
-                elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                    imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+        except (RecursionError, MemoryError, ValueError) as exc:
+            skipped.append((f"code cell {number}", f"too complex to read ({type(exc).__name__}: "
+                                                   "an expression nested too deeply?)"))
+            continue
+        for node, text in kept:
+            statements.append((f"{label}, line {node.lineno}", text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    problems += [f"{path.name}, {where}: {why}; the definitions in this cell were not graded"
+                 for where, why in skipped[:MAX_REPORTED]]
+    if len(skipped) > MAX_REPORTED:
+        problems.append(f"{path.name}: {len(skipped) - MAX_REPORTED:,} more cells were skipped")
     unit = {"name": path.name, "statements": statements, "defined": sorted(defined),
             "imported": sorted(imported)}
-    return unit, problems
+    return unit, problems, parsed
 
 
 def _assign_providers(units: list) -> dict:
@@ -110,9 +216,9 @@ def load_submission(spec: str | Path, root: Path) -> Submission:
             if len(py_files) == 1:
                 return Submission("py", str(py_files[0].resolve()))
             return Submission("units", str(path), problems=[f"no notebooks found in {path}"])
-        return _from_notebooks(notebooks, str(path))
+        return _from_notebooks(notebooks, str(path), follow_links=False)
     if path.suffix == ".ipynb" and path.exists():
-        return _from_notebooks([path], str(path))
+        return _from_notebooks([path], str(path), follow_links=True)
     if path.suffix == ".py" and path.exists():
         return Submission("py", str(path.resolve()))
     if looks_like_module:
@@ -120,14 +226,23 @@ def load_submission(spec: str | Path, root: Path) -> Submission:
     return Submission("units", str(spec), problems=[f"submission {spec} not found"])
 
 
-def _from_notebooks(paths: list, target: str) -> Submission:
-    units, problems = [], []
-    for path in paths:
+def _from_notebooks(paths: list, target: str, follow_links: bool) -> Submission:
+    """Read each notebook; an unreadable one costs only its own points, and says why."""
+    units, problems, budget = [], [], MAX_SOURCE_CHARS
+    if len(paths) > MAX_NOTEBOOKS:
+        problems.append(f"only the first {MAX_NOTEBOOKS} of {len(paths)} notebooks were read")
+    for path in paths[:MAX_NOTEBOOKS]:
         try:
-            unit, found = read_notebook(path)
-        except (OSError, ValueError) as exc:
-            problems.append(f"{path.name}: could not be read as a notebook ({exc})")
+            unit, found, parsed = read_notebook(path, follow_links, budget)
+        except NotebookError as exc:
+            problems.append(f"{path.name}: could not be read as a notebook: {exc}; "
+                            "none of its definitions were graded")
             continue
+        except Exception as exc:  # never crash on a submission: say so and grade the rest
+            problems.append(f"{path.name}: could not be read as a notebook "
+                            f"({type(exc).__name__}); none of its definitions were graded")
+            continue
+        budget -= parsed
         units.append(unit)
         problems.extend(found)
     return Submission("units", target, units=units, providers=_assign_providers(units),
