@@ -169,6 +169,8 @@ class Grader:
         """Gradescope's results.json, escaped and written safely (`autograder.results`)."""
         score, _ = self.totals()
         notes = [f"fresh-input seed {self.seed}"] + self.load_errors[:10]
+        if len(self.load_errors) > 10:
+            notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
             notes.insert(0, self.load_failure)
         tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
