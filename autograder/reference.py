@@ -6,12 +6,14 @@ call counter so that a graded function that merely calls the reference of the sa
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import importlib
 import pkgutil
 import sys
 from collections import Counter
+from pathlib import Path
 
 GRADED_FUNCTIONS = (
     "tokenize_prompt_and_output", "compute_entropy", "get_response_log_probs",
@@ -110,3 +112,117 @@ def is_reference(function, name: str) -> bool:
 
 def loaded_course() -> bool:
     return "course" in sys.modules
+
+
+# ---- the reference where a function is graded: absent ------------------------------------
+# The sandboxed worker never sees `course/` on disk: the grader sends it the source of each
+# `course` module, and for the stage under test (and every later stage) each function of the
+# stage's modules is replaced by a stub that raises. So the reference of a graded function does not
+# exist in the process that grades it: a wrapper, `__wrapped__`, `importlib.reload`, or `exec` of
+# `inspect.getsource` all find the stub. Earlier stages' references stay whole (a student's train
+# step may use the reference tokenizer). A pasted copy is caught on this side, from the source.
+COURSE_DIR = Path(__file__).resolve().parent.parent / "course"
+STAGE_NUMBER = {stage: number for number, stage in enumerate(STAGES, start=1)}
+MODULE_STAGE = {module: STAGE_NUMBER[STAGE_OF[name]] for name, module in HOME_MODULES.items()}
+STUB = ("def {name}(*args, **kwargs):\n"
+        "    __reference_called__({name!r})\n"
+        "{name}.__grader_stub__ = {name!r}\n")
+
+
+def _stubbed(source: str) -> str:
+    """`source` with every function of the module (and every method of its private classes)
+    replaced by a stub, except helpers that its classes or module-level code use."""
+    tree = ast.parse(source)
+    kept = {node.id for statement in tree.body if not isinstance(statement, ast.FunctionDef)
+            for node in ast.walk(statement) if isinstance(node, ast.Name)}
+    body = []
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef) and statement.name not in kept:
+            body.extend(ast.parse(STUB.format(name=statement.name)).body)
+            continue
+        if isinstance(statement, ast.ClassDef) and statement.name.startswith("_"):
+            for index, item in enumerate(statement.body):
+                if isinstance(item, ast.FunctionDef):
+                    item.body = ast.parse(f"__reference_called__({statement.name!r})").body
+                    statement.body[index] = item
+        body.append(statement)
+    tree.body = body
+    return ast.unparse(tree)
+
+
+def course_sources(stage: str | None) -> dict[str, str]:
+    """{module name: source} of `course`; graded modules of `stage` and later stages stubbed
+    (stage None: the whole reference, for grading `course` itself)."""
+    sources = {}
+    for path in sorted(COURSE_DIR.glob("*.py")):
+        name = "course" if path.stem == "__init__" else f"course.{path.stem}"
+        source = path.read_text(encoding="utf-8")
+        if stage is not None and MODULE_STAGE.get(name, 0) >= STAGE_NUMBER[stage]:
+            source = _stubbed(source)
+        sources[name] = source
+    return sources
+
+
+class _Canonical(ast.NodeTransformer):
+    """Local names become v0, v1, ... in order of appearance; docstrings and annotations go."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def _local(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_arg(self, node):
+        node.arg, node.annotation = self._local(node.arg), None
+        return node
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Store) or node.id in self.names:
+            node.id = self._local(node.id)
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.returns, node.decorator_list = None, []
+        if node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant):
+            node.body = node.body[1:] or [ast.Pass()]
+        self.generic_visit(node)
+        node.name = "f"
+        return node
+
+
+def fingerprint(function: ast.FunctionDef) -> str:
+    """The shape of a function's code with its local names, docstring and annotations erased:
+    equal for a pasted (or renamed) copy, different for code written independently."""
+    import copy
+
+    return ast.dump(_Canonical().visit(copy.deepcopy(function)), annotate_fields=False)
+
+
+def _definitions(source: str) -> list[ast.FunctionDef]:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    return [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
+
+
+def reference_fingerprints() -> dict[str, str]:
+    """{graded function: fingerprint of its reference}."""
+    prints = {}
+    for name, module in HOME_MODULES.items():
+        source = (COURSE_DIR / f"{module.split('.')[1]}.py").read_text(encoding="utf-8")
+        prints[name] = next(fingerprint(d) for d in _definitions(source) if d.name == name)
+    return prints
+
+
+def copied_references(sources: list[str]) -> set[str]:
+    """The graded functions whose reference appears, pasted, among the definitions in `sources`."""
+    wanted = {value: name for name, value in reference_fingerprints().items()}
+    found = set()
+    for source in sources:
+        for definition in _definitions(source):
+            name = wanted.get(fingerprint(definition))
+            if name is not None:
+                found.add(name)
+    return found

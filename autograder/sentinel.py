@@ -59,28 +59,19 @@ class Sentinel:
         return files
 
     def restore(self) -> list[str]:
-        """Undo changes to the grader's own files, delete new startup files, report every change.
-        Changes elsewhere (`course/`, pyproject.toml) are reported, not undone: people edit the
-        repository while a run may be going on."""
+        """Report every change since the snapshot, and delete new startup files (conftest.py,
+        .pth, ...). Changed files are reported, never written back: people (and other gradings)
+        edit the repository while a run is going on, and their work must not be overwritten."""
         changed = []
         now = self._snapshot()
         for path, content in now.items():
             old = self.before.get(path)
             if old == content:
                 continue
-            if old is None and (path.name in STARTUP_NAMES or path.suffix == ".pth"
-                                or self.trees[0] in path.parents):
+            if old is None and (path.name in STARTUP_NAMES or path.suffix == ".pth"):
                 path.unlink(missing_ok=True)
                 changed.append(f"created {path} (deleted)")
-            elif old is not None and self.trees[0] in path.parents:
-                path.write_bytes(old)  # the grader's own files: put them back
-                changed.append(f"modified {path} (restored)")
             else:
                 changed.append(f"{'created' if old is None else 'modified'} {path}")
-        for path in self.before:
-            if path not in now:
-                if self.trees[0] in path.parents:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(self.before[path])
-                changed.append(f"deleted {path}")
+        changed.extend(f"deleted {path}" for path in self.before if path not in now)
         return changed
