@@ -1,21 +1,38 @@
-"""The worker: a fresh interpreter that loads the submission and answers probe requests.
+"""The worker: a template process in the sandbox that forks one child per stage to grade it.
 
-Started by `autograder.sandbox.Worker` as `python -I worker.py RESULT_FD REPO_ROOT` in an empty
-temporary directory, with a scrubbed environment and resource limits. Requests arrive on stdin
-(pickled by the trusted parent); responses leave on RESULT_FD as plain data in the format of
-`autograder.wire`, which the parent checks before it builds anything. Whatever the student's code prints goes
-to a log file, never to the grader's terminal.
+`autograder.sandbox.Sandbox` starts `python -I -B worker.py CONTROL_FD ROOT` inside bubblewrap
+(or, for a practice grade, as a plain subprocess). The template imports torch and transformers
+once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to the grader) for orders:
+"fork" (with the child's request pipe, answer pipe and log file passed as descriptors) and "reap"
+(end a child and every process of its user; say how it ended). It runs no student code.
+
+Each child drops to its own user id (no capabilities, no new privileges, at most NPROC processes),
+installs the `course` modules the grader sent it (the stage under test, and later stages, as stubs:
+see `autograder.reference.course_sources`), loads the submission, and answers probe requests:
+requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
+plain data in the format of `autograder.wire`, which the parent checks before it builds anything.
+Whatever the student's code prints goes to a log file, never to the grader's terminal.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import importlib.abc
 import importlib.util
+import json
 import os
 import pickle
+import resource
+import signal
+import socket
 import sys
+import time
+import traceback
 import types
 from collections import Counter
+
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 
 def _receive():
@@ -47,24 +64,69 @@ def _exec_statements(unit: dict, errors: list) -> dict:
     return vars(module)
 
 
+class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves `course` and `course.*` from the sources the grader sent; nothing from the disk."""
+
+    def __init__(self, sources: dict, extra_globals: dict):
+        self.sources = sources
+        self.extra_globals = extra_globals
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.sources:
+            return importlib.util.spec_from_loader(fullname, self, is_package=fullname == "course")
+        if fullname.startswith("course."):
+            raise ModuleNotFoundError(f"No module named {fullname!r} (not available while grading)")
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        name = module.__name__
+        module.__file__ = f"<course>/{'__init__' if name == 'course' else name[7:]}.py"
+        if name == "course":
+            module.__path__ = []
+        module.__dict__.update(self.extra_globals)
+        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+
+
+def install_course(sources: dict, extra_globals: dict | None = None) -> None:
+    """Replace whatever `course` modules are loaded by those of `sources` (course.models, built
+    once by the template, is kept)."""
+    for finder in [f for f in sys.meta_path if isinstance(f, CourseFinder)]:
+        sys.meta_path.remove(finder)
+    sys.meta_path.insert(0, CourseFinder(sources, extra_globals or {}))
+    models = sys.modules.get("course.models")
+    for name in [n for n in sys.modules if n == "course" or n.startswith("course.")]:
+        del sys.modules[name]
+    if models is not None:
+        sys.modules["course.models"] = models
+    package = importlib.import_module("course")
+    if models is not None:
+        package.models = models
+
+
 def load(config: dict):
     from autograder.probes import SubmissionState
-    from autograder.reference import (
-        GRADED_FUNCTIONS,
-        install_counters,
-        is_reference,
-        reference,
-        reference_wrappers,
-    )
+    from autograder.reference import GRADED_FUNCTIONS, HOME_MODULES
 
-    submission, errors = config["submission"], []
-    counter = Counter()
+    submission, errors, counter = config["submission"], [], Counter()
+    stage = config.get("stage")
+
+    def reference_called(name: str):
+        counter[name] += 1
+        raise RuntimeError(f"the reference course.{name} is not available while stage {stage} is "
+                           "graded: write your own implementation (the references of earlier "
+                           "stages are available)")
+
+    sys.path[:0] = config.get("paths", [])
+    install_course(config["course"], {"__reference_called__": reference_called})
     kind, target = submission["kind"], submission["target"]
     if kind == "module" and target == "course":  # grading the reference itself
-        functions = {name: reference(name) for name in GRADED_FUNCTIONS}
+        functions = {name: getattr(importlib.import_module(HOME_MODULES[name]), name)
+                     for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
-        return SubmissionState(functions, statuses, config["device"]), errors
-    install_counters(reference_wrappers(counter))  # before the submission binds any name
+        return SubmissionState(functions, statuses, config["device"], counter), errors
     namespaces = []
     if kind == "module":
         try:
@@ -96,24 +158,20 @@ def load(config: dict):
             statuses[name] = "missing"
         elif not callable(function):
             statuses[name] = "not_callable"
-        elif is_reference(function, name):
+        elif getattr(function, "__grader_stub__", None) == name:
             statuses[name] = "delegated"
         else:
             statuses[name] = "ok"
     return SubmissionState(functions, statuses, config["device"], counter), errors
 
 
-def main() -> None:
-    result_fd, root = int(sys.argv[1]), sys.argv[2]
-    sys.path.insert(0, root)
-    import torch
-
-    torch.set_num_threads(1)
+def serve(answer_fd: int) -> None:
+    """A child's life: read its configuration, load the submission, answer probes until EOF."""
     from autograder.probes import handle, to_plain
 
     config = _receive()
     state, errors = load(config)
-    _send(result_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors})
+    _send(answer_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors})
     while True:
         request = _receive()
         if request is None:
@@ -124,8 +182,120 @@ def main() -> None:
             response = {"status": "error", "error_type": type(exc).__name__,
                         "message": str(exc)[:500], "is_value_error": False,
                         "is_runtime_error": False, "not_implemented": False}
-        _send(result_fd, to_plain(response))
+        _send(answer_fd, to_plain(response))
+
+
+# ---- the template ------------------------------------------------------------------------
+def _become_child(control: socket.socket, fds: list, order: dict, limits: dict) -> None:
+    """In the forked child, before any student code: own descriptors, limits, user id."""
+    control.close()
+    request_fd, answer_fd, log_fd = fds
+    os.dup2(request_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    for fd in (request_fd, log_fd):
+        os.close(fd)
+    os.setpgid(0, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for name, value in limits.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    if order.get("uid"):
+        os.setgroups([])
+        os.setgid(order["uid"])
+        os.setuid(order["uid"])
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    sys.dont_write_bytecode = True
+    os.umask(0o077)
+
+
+def _processes_of(uid: int, pgid: int) -> list[int]:
+    """Live processes of the child's user (each child has its own) or, without one, its group."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as handle:
+                fields = dict(line.split(b":", 1) for line in handle if b":" in line)
+            if fields[b"State"].split()[0] == b"Z":
+                continue  # already dead, waiting for its parent
+            if uid and int(fields[b"Uid"].split()[0]) == uid:
+                found.append(int(entry))
+            elif not uid and os.getpgid(int(entry)) == pgid:
+                found.append(int(entry))
+        except (OSError, KeyError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _reap(pid: int, uid: int, grace: float) -> dict:
+    """Wait up to `grace` s for the child to end; then kill it and everything of its user."""
+    deadline, status = time.monotonic() + grace, None
+    while status is None:
+        done, code = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = code
+        elif time.monotonic() >= deadline:
+            break
+        else:
+            time.sleep(0.02)
+    killed = status is None
+    for _ in range(500):  # a fork bomb forks while we kill: repeat until nothing is left
+        found = _processes_of(uid, pid) + ([pid] if status is None else [])
+        if not found:
+            break
+        for target in found:
+            try:
+                os.kill(target, signal.SIGKILL)
+            except OSError:
+                continue
+        if status is None:
+            status = os.waitpid(pid, 0)[1]
+        time.sleep(0.005)
+    if os.WIFSIGNALED(status):
+        return {"signal": os.WTERMSIG(status), "killed_by_grader": killed}
+    return {"exit": os.waitstatus_to_exitcode(status), "killed_by_grader": killed}
+
+
+def template(control_fd: int, root: str) -> None:
+    sys.path.insert(0, root)
+    setup = _receive()  # the template's configuration, on its stdin
+    import torch
+    import transformers  # noqa: F401  (loaded once here, shared by every child)
+
+    from autograder import objects, probes, wire  # noqa: F401
+    torch.set_num_threads(1)
+    install_course(setup["course"])  # course.models only: no graded function lives there
+    objects.build_tokenizer()
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    control = socket.socket(fileno=control_fd)
+    control.send(json.dumps({"ready": True}).encode())
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
+        if not message:
+            return
+        order = json.loads(message)
+        if order["op"] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    _become_child(control, fds, order, setup["limits"])
+                    serve(fds[1])
+                except BaseException:
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"pid": pid}).encode())
+        elif order["op"] == "reap":
+            control.send(json.dumps(_reap(order["pid"], order["uid"], order["grace"])).encode())
 
 
 if __name__ == "__main__":
-    main()
+    template(int(sys.argv[1]), sys.argv[2])
