@@ -12,12 +12,13 @@ Every message, both ways, is a frame: an 8-byte little-endian length, then that 
   anything else is an object with one key: {"d": {...}} a dict (string keys), {"t": [...]} a tuple,
   {"T": [dtype, shape]} a tensor whose contiguous bytes are the next numel * itemsize bytes.
 
-`decode` checks the frame size, the header size, every number's length, the nesting depth, the
-number of values, each string's length, and each tensor's dtype (an allow-list), rank, dimensions,
-element count and byte count, before it builds a single tensor; each tensor is then made from a
-private copy of exactly its bytes (`torch.frombuffer`: contiguous, offset 0, no strides). The C
-JSON parser is the only part that runs before these checks, and the header cap bounds its work;
-the rest runs against a deadline. Anything else is a `WireError`.
+`decode` checks the frame size, the header size and (by counting separators) its number of values
+before parsing it; then every number's length, the nesting depth, each string's length, and each
+tensor's dtype (an allow-list), rank, dimensions, element count and byte count, before it builds a
+single tensor; each tensor is then made from a private copy of exactly its bytes
+(`torch.frombuffer`: contiguous, offset 0, no strides). The C JSON parser is the only part that
+runs before these checks, and the caps bound its work (milliseconds); the rest runs against a
+deadline. Anything else is a `WireError`.
 """
 
 from __future__ import annotations
@@ -237,8 +238,11 @@ def decode(payload: bytes, seconds: float = DECODE_SECONDS) -> dict:
     length = int.from_bytes(payload[:4], "little")
     if length > MAX_HEADER_BYTES or 4 + length > len(payload):
         raise WireError(f"a header of {length:,} bytes (the limit is {MAX_HEADER_BYTES:,})")
+    header = payload[4:4 + length]
+    if header.count(b",") + header.count(b"[") + header.count(b"{") > MAX_VALUES:
+        raise WireError(f"more than {MAX_VALUES:,} values")  # counted before parsing: cheap
     try:
-        text = payload[4:4 + length].decode("utf-8")
+        text = header.decode("utf-8")
         header = json.loads(text, parse_int=_number(int), parse_float=_number(float),
                             parse_constant=_refuse_constant)
     except WireError:
