@@ -54,6 +54,7 @@ class Session:
         self.grader = Grader(submission, device, config.getoption("--probe-timeout"),
                              config.getoption("--memory-mb"), config.getoption("--seed"))
         self.results_path = config.getoption("--results")
+        self.results_problem: str | None = None  # why results.json could not be written
         self.tampering: list[str] = []
 
     def finish(self) -> None:
@@ -68,8 +69,13 @@ class Session:
         self.write()
 
     def write(self) -> None:
+        from autograder.results import ResultsError
+
         if self.results_path:
-            self.grader.write_results(self.results_path)
+            try:
+                self.grader.write_results(self.results_path)
+            except ResultsError as exc:  # e.g. a link someone else planted at that name in /tmp
+                self.results_problem = str(exc)
 
 
 _session_key = pytest.StashKey[Session]()
@@ -87,7 +93,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     grading_session = session.config.stash.get(_session_key, None)
     if grading_session is not None:
         grading_session.finish()
-        if grading_session.tampering and session.exitstatus == 0:
+        if (grading_session.tampering or grading_session.results_problem) and session.exitstatus == 0:
             session.exitstatus = 1
 
 
@@ -104,6 +110,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         write(f"note: {escape(note)}")
     if grading_session.tampering:
         write("TAMPERING: " + escape("; ".join(grading_session.tampering)))
+    if grading_session.results_problem:
+        write(f"RESULTS NOT WRITTEN: {escape(grading_session.results_problem)}")
     for line in check_table(grader.results):
         write(line)
     write("")
