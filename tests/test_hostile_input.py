@@ -276,3 +276,16 @@ def test_a_grading_with_malformed_notebooks_writes_results_and_grades_the_rest(t
     assert "note: list_at_top.ipynb: could not be read as a notebook" in completed.stdout
     assert not _has_control(document["output"]) and not _has_control(completed.stdout)
     assert r"raised ValueError: \x1b[2J" in completed.stdout
+
+
+@pytest.mark.slow
+def test_a_results_path_that_cannot_be_written_safely_is_reported_not_a_traceback(tmp_path):
+    (tmp_path / "results.json").mkdir()  # rename cannot replace a folder
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "autograder", "--submission", "course", "-q",
+         "--results", str(tmp_path / "results.json"), "-p", "no:cacheprovider",
+         "-k", "compute_entropy and values"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 1 and "Traceback" not in completed.stdout + completed.stderr
+    assert f"RESULTS NOT WRITTEN: cannot write {tmp_path / 'results.json'}" in completed.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no private folder left
