@@ -8,6 +8,8 @@ so one broken function costs only its own checks.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import time
 import traceback
@@ -18,8 +20,10 @@ import torch
 
 from autograder import core
 from autograder.core import CASES, Fail
+from autograder.isolation import sandbox_problem
+from autograder.reference import STAGE_OF, copied_references, course_sources
 from autograder.results import write_results
-from autograder.sandbox import Worker, WorkerError
+from autograder.sandbox import Sandbox, Worker, WorkerError
 from autograder.submission import Submission
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +33,9 @@ STATUS_MESSAGES = {
     "missing": "{fn} is not defined in the submission",
     "not_callable": "{fn} is defined, but is not a function",
     "delegated": ("{fn} only calls the reference `course.{fn}`: write your own implementation "
-                  "(calling the reference functions of other stages is fine)"),
+                  "(calling the reference functions of earlier stages is fine)"),
+    "copied": ("{fn} is a copy of the reference `course.{fn}`: write your own implementation "
+               "(calling the reference functions of earlier stages is fine)"),
 }
 
 
@@ -79,19 +85,66 @@ class InProcessRunner:
         pass
 
 
+def _visible_paths(submission: Submission) -> list[str]:
+    """Folders the sandbox shows (read-only): a .py submission's own folder, for its imports."""
+    if submission.kind == "py":
+        return [os.path.dirname(submission.target)]
+    if submission.kind == "module" and not submission.is_reference:
+        with contextlib.suppress(Exception):
+            spec = importlib.util.find_spec(submission.target.split(".")[0])
+            if spec is not None and spec.origin:
+                folder = Path(spec.origin).parent
+                return [str(folder.parent if spec.submodule_search_locations else folder)]
+    return []
+
+
+def _sources(submission: Submission) -> list[str]:
+    """The submission's source text (read, never run), to look for pasted references."""
+    if submission.kind == "units":
+        return ["\n".join(source for _, source in unit["statements"]) for unit in submission.units]
+    if submission.kind == "py":
+        with contextlib.suppress(OSError, ValueError):
+            fd = os.open(submission.target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                return [handle.read(2**22).decode("utf-8", "replace")]
+    return []
+
+
+class IsolationUnavailable(RuntimeError):
+    """An official grading was asked for where no sandbox can start."""
+
+
+DEFAULT_TIME_LIMIT = 1200.0  # seconds for the whole grading (`--time-limit`)
+START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the one retry)
+
+
 class Grader:
     def __init__(self, submission: Submission | None, device: str = "cpu",
                  probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
-                 namespace: dict | None = None):
+                 namespace: dict | None = None, official: bool = False,
+                 time_limit: float = DEFAULT_TIME_LIMIT):
         self.submission = submission
         self.device = device
         self.probe_timeout = probe_timeout
+        self.memory_mb = memory_mb
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little") + 1000
+        self.time_limit = time_limit
+        self.start_time = time.monotonic()
         self.in_process = namespace is not None
+        self.workers: dict[str, Worker] = {}
+        self.stage_failures: dict[str, str] = {}
+        self.copied: set[str] = set()
+        self.practice: str | None = None  # why this grade is only a practice grade
         if self.in_process:
             self.runner = InProcessRunner(namespace, device)
         else:
-            self.runner = Worker(submission.to_request(), ROOT, device, memory_mb)
+            self.practice = sandbox_problem(ROOT)
+            if official and self.practice:
+                raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
+                                           f"{self.practice}")
+            self.runner = Sandbox(ROOT, device, memory_mb, isolated=self.practice is None,
+                                  visible=_visible_paths(submission))
+            self.copied = copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.case_cache: dict[str, list] = {}
@@ -99,20 +152,73 @@ class Grader:
         self.load_failure: str | None = None
         self.load_errors: list[str] = list(submission.problems) if submission else []
         self.started = False
-        self.start_time = time.monotonic()
+
+    @property
+    def isolation_note(self) -> str:
+        if self.in_process:
+            return "PRACTICE grade: run in the notebook's own process, not isolated"
+        if self.practice:
+            return (f"PRACTICE grade: the submission ran WITHOUT isolation ({self.practice}); "
+                    "an official grade needs the bubblewrap sandbox")
+        return "isolated: each stage ran in a bubblewrap sandbox"
 
     # ---- talking to the submission -------------------------------------------------------
+    def _remaining(self) -> float:
+        return self.time_limit - (time.monotonic() - self.start_time)
+
     def _ensure_started(self) -> None:
         if self.started:
             return
         self.started = True
-        try:
-            ready = self.runner.start()
-            self.load_errors.extend(ready.get("errors", []))
-        except WorkerError as exc:
-            self.load_failure = f"the submission could not be loaded: {exc}"
-        except Exception as exc:  # the worker could not even start
-            self.load_failure = f"the grader could not start its worker: {type(exc).__name__}: {exc}"
+        if self.in_process:
+            self.load_errors.extend(self.runner.start().get("errors", []))
+            return
+        for attempt in (1, 2):  # a start that times out under load is retried once
+            try:
+                self.runner.start(min(START_TIMEOUT * attempt, max(self._remaining(), 1.0)))
+                return
+            except WorkerError as exc:
+                if exc.kind == "overloaded" and attempt == 1:
+                    continue
+                self.load_failure = (f"{exc} (tried twice; this says nothing about your code)"
+                                     if exc.kind == "overloaded" else
+                                     f"the grader could not start its sandbox: {exc}")
+            except Exception as exc:  # the worker could not even start
+                self.load_failure = (f"the grader could not start its worker: "
+                                     f"{type(exc).__name__}: {exc}")
+            return
+
+    def _worker(self, stage: str) -> Worker:
+        """The stage's child, started (with one retry for a timeout or a stopped sandbox)."""
+        if stage in self.workers:
+            return self.workers[stage]
+        config = {"submission": self.submission.to_request(), "device": self.device,
+                  "stage": stage, "paths": _visible_paths(self.submission),
+                  "course": course_sources(None if self.submission.is_reference else stage)}
+        worker = Worker(self.runner, stage, config, START_TIMEOUT,
+                        self.memory_mb if self.device == "cpu" else None)
+        for attempt in (1, 2):
+            worker.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
+            try:
+                ready = worker.start()
+                break
+            except WorkerError as exc:
+                if exc.kind == "crash" and self.runner.process is None and attempt == 1:
+                    self.started = False  # the sandbox itself stopped: start it again
+                    self._ensure_started()
+                    if not self.load_failure:
+                        continue
+                if exc.kind in ("timeout", "overloaded") and attempt == 1:
+                    continue
+                worker.close()
+                why = ("loading it timed out twice: the grader may be overloaded, or the "
+                       "submission's top-level code does not finish" if exc.kind == "timeout"
+                       else str(exc))
+                self.stage_failures[stage] = f"the submission could not be loaded: {why}"
+                raise Fail(self.stage_failures[stage]) from None
+        self.load_errors.extend(e for e in ready.get("errors", []) if e not in self.load_errors)
+        self.workers[stage] = worker
+        return worker
 
     def request(self, message: dict, timeout: float | None = None) -> dict:
         self._ensure_started()
@@ -121,8 +227,18 @@ class Grader:
             raise Fail(self.load_failure)
         if function in self.broken:
             raise Fail(f"{function} was stopped in an earlier check: {self.broken[function]}")
+        if function in self.copied:
+            raise Fail(STATUS_MESSAGES["copied"].format(fn=function))
+        remaining = self._remaining()
+        if remaining <= 0:
+            raise Fail(f"the whole grading ran past its time limit ({self.time_limit:.0f} s, "
+                       "`--time-limit`): this check was not run")
+        stage = STAGE_OF[function]
+        if stage in self.stage_failures:
+            raise Fail(self.stage_failures[stage])
+        runner = self.runner if self.in_process else self._worker(stage)
         try:
-            response = self.runner.request(message, timeout or self.probe_timeout)
+            response = runner.request(message, min(timeout or self.probe_timeout, remaining))
         except WorkerError as exc:
             self.broken[function] = str(exc)
             raise Fail(f"{function}: {exc}") from None
@@ -168,19 +284,21 @@ class Grader:
     def write_results(self, path: str | Path) -> None:
         """Gradescope's results.json, escaped and written safely (`autograder.results`)."""
         score, _ = self.totals()
-        notes = [f"fresh-input seed {self.seed}"] + self.load_errors[:10]
+        notes = [self.isolation_note, f"fresh-input seed {self.seed}"] + self.load_errors[:10]
         if len(self.load_errors) > 10:
             notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
             notes.insert(0, self.load_failure)
         tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
                  for r in self.results]
-        document = {"score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
+        document = {"practice": bool(self.practice or self.in_process), "score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
                     "output": "\n".join(notes), "visibility": "visible",
                     "stdout_visibility": "hidden", "tests": tests}
         write_results(document, path)
 
     def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
         self.runner.close()
 
 

@@ -1,115 +1,212 @@
-"""The parent's side of the worker: start it isolated, send requests, decode answers safely.
+"""The parent's side of the worker: the sandbox, one child per stage, requests and answers.
 
-Isolation, in layers: a fresh interpreter (`python -I`: no PYTHONPATH, no user site) in an empty
-temporary directory; an environment with only what torch needs; `setrlimit` caps on address space,
-file size and core dumps; a wall-clock deadline per request, after which the whole process group
-is killed; answers decoded by `autograder.wire` (size-capped, checked before anything is built).
-A worker that dies or hangs is replaced by a fresh one for the next request.
+`Sandbox` starts the template worker (`autograder/worker.py`) inside bubblewrap (see
+`autograder.isolation`), or, for a practice grade where no sandbox can start, as a plain
+subprocess. `Worker` is one stage's child, forked by the template: the grader sends it requests
+and reads its answers through pipes it made itself, decoded by `autograder.wire` (size-capped,
+checked before anything is built), with a wall-clock deadline per request. A child that dies or
+hangs is reaped (it and every process of its user id) and replaced for the next request; how it
+ended is told in the student's words: timed out, killed for memory, exited, killed by a signal.
+The grader reads nothing by a path the worker could have written: logs go to files the grader
+created in its own private folder, read back through the grader's own descriptors, size-capped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
+import resource
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from autograder import wire
+from autograder import isolation, wire
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
+LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
+CHILD_PROCESSES = 64  # per stage child, threads included
+CHILD_FILE_BYTES = 64 * 2**20
 
 
 class WorkerError(Exception):
-    """The worker did not answer: `kind` is "timeout", "crash" or "garbage"."""
+    """The worker did not answer: `kind` is "timeout", "crash", "garbage" or "overloaded"."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
 
 
-NOBODY = 65534
-
-
-def _reachable_by_others(path: Path) -> bool:
-    """Can an unprivileged user reach `path` (every ancestor directory world-executable)?"""
-    path = path.resolve()
-    return all(p.stat().st_mode & 0o001 for p in [*path.parents, path] if p.is_dir()) and \
-        bool(path.stat().st_mode & 0o004 or path.is_dir())
-
-
-def can_drop_privileges(root: Path) -> bool:
-    import sysconfig
-
-    return os.geteuid() == 0 and all(_reachable_by_others(Path(p)) for p in (
-        sys.executable, root, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]))
-
-
-def _limit_resources(memory_bytes: int | None, drop_privileges: bool) -> None:
+def _limit_template(memory_bytes: int | None) -> None:
+    """Before exec (practice mode and bwrap alike): no core dumps, bounded files and memory."""
     import ctypes
-    import resource
 
-    if drop_privileges:  # run as nobody: no write access to the repository or the grader
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 2**20, 256 * 2**20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (CHILD_FILE_BYTES, CHILD_FILE_BYTES))
     with contextlib.suppress(Exception):  # die with the grader (PR_SET_PDEATHSIG = 1)
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
-class Worker:
-    def __init__(self, submission_request: dict, root: Path, device: str = "cpu",
-                 memory_mb: int = 6144, load_timeout: float = 90.0):
-        self.submission_request = submission_request
-        self.root = root
-        self.device = device
+def read_tail(fd: int, limit: int = LOG_BYTES) -> bytes:
+    """The last `limit` bytes of a regular file the grader opened itself (never by a path)."""
+    info = os.fstat(fd)
+    if not (info.st_mode & 0o170000 == 0o100000):
+        return b""
+    return os.pread(fd, limit, max(0, info.st_size - limit))
+
+
+class Sandbox:
+    """The template worker of one grading: inside bubblewrap when `isolated`, else a subprocess."""
+
+    def __init__(self, root: Path, device: str, memory_mb: int, isolated: bool, visible=()):
+        self.root, self.device, self.isolated, self.visible = root, device, isolated, visible
         self.memory_bytes = memory_mb * 2**20 if device == "cpu" else None
+        self.process = self.control = None
+        self.private = tempfile.mkdtemp(prefix="autograder-")  # 0700: the grader's own folder
+        self.uid_base = 200_000 + 100 * (int.from_bytes(os.urandom(3), "little") % 80_000)
+        self.forks = 0
+
+    def start(self, timeout: float) -> None:
+        """Start the template and wait until it has imported torch (raises WorkerError)."""
+        self.close(keep_folder=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-I", "-B", str(WORKER_SCRIPT), str(theirs.fileno()),
+                   str(self.root)]
+        if self.isolated:
+            command = isolation.bwrap_command(self.root, self.visible, self.device) + command
+        home = tempfile.mkdtemp(prefix="home-", dir=self.private)
+        self.log_fd = os.open(os.path.join(self.private, "template.log"),
+                              os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              0o600)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=self.log_fd, stderr=self.log_fd, cwd=home,
+            env=isolation.environment(home, self.device), pass_fds=(theirs.fileno(),),
+            start_new_session=True, preexec_fn=lambda: _limit_template(self.memory_bytes))
+        theirs.close()
+        self.control = ours
+        from autograder.reference import course_sources
+
+        setup = {"course": {name: source if name == "course.models" else ""
+                            for name, source in course_sources(None).items()
+                            if name in ("course", "course.models")},
+                 "limits": self._child_limits()}
+        with contextlib.suppress(OSError):
+            wire.write_frame(self.process.stdin.fileno(), pickle.dumps(setup),
+                             time.monotonic() + timeout)
+            self.process.stdin.close()
+        reply = self._reply(timeout, "starting")
+        if not reply.get("ready"):
+            raise WorkerError("crash", "the sandbox did not start")
+
+    def _child_limits(self) -> dict:
+        limits = {"RLIMIT_NPROC": CHILD_PROCESSES, "RLIMIT_FSIZE": CHILD_FILE_BYTES,
+                  "RLIMIT_CORE": 0}
+        if self.memory_bytes:
+            limits["RLIMIT_AS"] = self.memory_bytes
+        return limits
+
+    def _reply(self, timeout: float, doing: str) -> dict:
+        ready = select.select([self.control], [], [], max(0.0, timeout))[0]
+        if not ready:
+            self.close(keep_folder=True)
+            raise WorkerError("overloaded", f"the grader is overloaded: its sandbox did not "
+                                            f"answer within {timeout:.0f} s while {doing}")
+        message = self.control.recv(1 << 16)
+        if not message:
+            tail = read_tail(self.log_fd, 2000).decode("utf-8", "replace").strip()
+            self.close(keep_folder=True)
+            raise WorkerError("crash", f"the sandbox stopped while {doing}"
+                                       + (f": {tail[-600:]}" if tail else ""))
+        return json.loads(message)
+
+    def fork(self, stage: str, fds: list) -> tuple[int, int]:
+        """A new child for `stage` with these descriptors; returns (pid, uid) inside the sandbox."""
+        self.forks += 1
+        uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
+        socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage,
+                                                   "uid": uid}).encode()], fds)
+        return self._reply(60, "starting a worker")["pid"], uid
+
+    def reap(self, pid: int, uid: int, grace: float) -> dict:
+        """End the child `pid` and every process of its user; how it ended."""
+        if self.control is None:
+            return {"signal": signal.SIGKILL, "killed_by_grader": True}
+        self.control.send(json.dumps({"op": "reap", "pid": pid, "uid": uid,
+                                      "grace": grace}).encode())
+        return self._reply(60 + grace, "ending a worker")
+
+    def close(self, keep_folder: bool = False) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                self.process.wait(timeout=30)
+            self.process = None
+            os.close(self.log_fd)
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if not keep_folder:
+            shutil.rmtree(self.private, ignore_errors=True)
+
+
+class Child:
+    """A stage's child process, as the grader sees it: its request pipe and how it ended."""
+
+    def __init__(self, sandbox: Sandbox, pid: int, uid: int, stdin):
+        self.sandbox, self.pid, self.uid, self.stdin = sandbox, pid, uid, stdin
+        self.status: dict | None = None
+
+    def wait(self, timeout: float | None = None, grace: float = 2.0) -> int:
+        if self.status is None:
+            self.status = self.sandbox.reap(self.pid, self.uid, grace)
+        return -self.status["signal"] if "signal" in self.status else self.status["exit"]
+
+    def poll(self) -> int | None:
+        return None if self.status is None else self.wait()
+
+
+class Worker:
+    """One stage's child: loads the submission with the stage's references stubbed."""
+
+    def __init__(self, sandbox: Sandbox, stage: str, config: dict, load_timeout: float = 90.0,
+                 memory_mb: int | None = None):
+        self.sandbox, self.stage, self.config = sandbox, stage, config
         self.load_timeout = load_timeout
-        self.token = os.urandom(8).hex()
-        self.process = None
-        self.ready = None  # the load report of the current process
+        self.memory_mb = memory_mb
+        self.process: Child | None = None
+        self.ready = None  # the load report of the current child
+        self.log_fd = None
         self.starts = 0
 
-    def _environment(self, home: str) -> dict:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home,
-               "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-               "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-               "AUTOGRADER_WORKER": self.token}
-        for key in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
-            if self.device != "cpu" and key in os.environ:
-                env[key] = os.environ[key]
-        return env
-
     def start(self) -> dict:
-        """Start a fresh worker and return its load report (raises WorkerError)."""
-        self.close()
+        """Fork a fresh child and return its load report (raises WorkerError)."""
+        self.kill()
         self.starts += 1
-        self.home = tempfile.mkdtemp(prefix="autograder-worker-")
-        drop = can_drop_privileges(self.root)
-        if drop:
-            os.chown(self.home, NOBODY, NOBODY)
-        self.log_path = Path(self.home) / "worker.log"
-        read_fd, write_fd = os.pipe()
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", str(WORKER_SCRIPT), str(write_fd), str(self.root)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=self.home,
-                env=self._environment(self.home), pass_fds=(write_fd,), start_new_session=True,
-                preexec_fn=lambda: _limit_resources(self.memory_bytes, drop),
-            )
-        os.close(write_fd)
-        self.read_fd = read_fd
-        self._write({"submission": self.submission_request, "device": self.device})
+        request_read, request_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+        self.log_fd = os.open(os.path.join(self.sandbox.private, f"{self.stage}.log"),
+                              os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              0o600)
+        try:
+            pid, uid = self.sandbox.fork(self.stage, [request_read, answer_write, self.log_fd])
+        finally:
+            os.close(request_read)
+            os.close(answer_write)
+        self.process = Child(self.sandbox, pid, uid, os.fdopen(request_write, "wb"))
+        self.read_fd = answer_read
+        self._write(self.config)
         self.ready = self._read(self.load_timeout, "loading the submission")
         return self.ready
 
@@ -142,52 +239,54 @@ class Worker:
             raise WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing} "
                                          "(an infinite loop, or far too slow?)") from None
         except wire.Closed:
-            code = self.process.wait()
+            self.process.wait()
             tail = self.log_tail()
             self.kill()
-            raise WorkerError("crash", f"the worker process died while {doing} "
-                                       f"(exit code {code}; did the code call os._exit or "
-                                       f"sys.exit, or run out of memory?){tail}") from None
+            raise WorkerError("crash", f"{self.death(doing, tail)}{tail}") from None
         except wire.WireError as exc:
             self.kill()
             raise WorkerError("garbage", f"an answer the grader refuses while {doing}: {exc}") \
                 from None
 
     def log_tail(self, characters: int = 600) -> str:
+        if self.log_fd is None:
+            return ""
         with contextlib.suppress(OSError):
-            text = self.log_path.read_bytes()[-characters:].decode("utf-8", "replace").strip()
+            text = read_tail(self.log_fd).decode("utf-8", "replace").strip()[-characters:]
             if text:
                 return f"\n  last output of the worker:\n  {text}"
         return ""
 
+    def death(self, doing: str, tail: str) -> str:
+        """How the child ended, in the student's words."""
+        status = self.process.status if self.process else None
+        limit = f" (the limit is {self.memory_mb} MiB)" if self.memory_mb else ""
+        if status is None:
+            return f"the worker process ended while {doing}"
+        if "signal" in status:
+            if status["signal"] == signal.SIGKILL:
+                return (f"your code was killed for memory while {doing}: it used more than the "
+                        f"machine could give{limit}")
+            name = signal.Signals(status["signal"]).name if status["signal"] in \
+                signal.Signals._value2member_map_ else str(status["signal"])
+            return f"your code was killed by signal {name} while {doing} (a crash in native code?)"
+        if "MemoryError" in tail or "bad_alloc" in tail:
+            return f"your code was killed for memory while {doing}: it ran out of memory{limit}"
+        return (f"your code exited with code {status['exit']} while {doing} (did it call "
+                "os._exit or sys.exit?)")
+
     def kill(self) -> None:
         if self.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                self.process.wait(timeout=10)
+            with contextlib.suppress(WorkerError, OSError):
+                self.process.wait(grace=0.0)
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
             with contextlib.suppress(OSError):
                 os.close(self.read_fd)
             self.process = None
-        sweep_strays(self.token)
 
     def close(self) -> None:
         self.kill()
-        home = getattr(self, "home", None)
-        if home:
-            shutil.rmtree(home, ignore_errors=True)
-
-
-def sweep_strays(token: str) -> None:
-    """Kill any process that still carries this worker's token (a daemon that escaped the group)."""
-    marker = f"AUTOGRADER_WORKER={token}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+            self.log_fd = None
