@@ -130,11 +130,26 @@ def test_decoding_has_a_deadline():
         wire.decode(honest, seconds=-1.0)
 
 
-def test_the_honest_answers_are_far_inside_the_caps():
-    """The largest answers the probes give for the reference (measured: frames up to ~0.7 MB,
-    headers ~6 kB, ~800 values) leave a wide margin under every cap."""
-    assert wire.MAX_FRAME_BYTES >= 50 * 723_154 and wire.MAX_HEADER_BYTES >= 100 * 5_550
-    assert wire.MAX_VALUES >= 50 * 823
+@pytest.mark.slow
+def test_every_answer_of_a_full_grading_is_far_inside_the_caps(monkeypatch):
+    """Grade the reference through the real worker, measuring each answer as the grader decodes
+    it: full marks, and every answer at most a tenth of each cap (measured: frames up to ~0.7 MB,
+    headers ~6 kB, ~800 values)."""
+    from autograder.api import grade
+
+    sizes, decode = [], wire.decode
+
+    def measured(payload: bytes, *args):
+        header = payload[4:4 + int.from_bytes(payload[:4], "little")]
+        sizes.append((len(payload), len(header), header.count(b",") + header.count(b"[")))
+        return decode(payload, *args)
+
+    monkeypatch.setattr(wire, "decode", measured)
+    graded = grade("course", seed=5)
+    assert graded["score"] == graded["max_score"] > 0 and len(sizes) > 50
+    frame, header, values = (max(column) for column in zip(*sizes))
+    assert frame * 10 < wire.MAX_FRAME_BYTES and header * 10 < wire.MAX_HEADER_BYTES
+    assert values * 10 < wire.MAX_VALUES
 
 
 # ---- framing -----------------------------------------------------------------------------------
