@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from autograder import checks  # noqa: F401  (registers the checks)
 from autograder.core import CHECKS
-from autograder.grader import ROOT, Grader
+from autograder.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
 from autograder.sentinel import Sentinel
 from autograder.submission import load_submission
 
 
+def submission_problem(spec: str) -> str | None:
+    """Why `--submission spec` names nothing that exists (None when it does): a usage error."""
+    path = Path(spec)
+    if path.exists() or (not path.is_absolute() and (ROOT / path).exists()):
+        return None
+    if "/" not in spec and path.suffix == "" and spec.replace(".", "").replace("_", "").isalnum():
+        try:
+            if importlib.util.find_spec(spec.split(".")[0]) is not None:
+                return None
+        except (ImportError, ValueError):
+            pass
+        return f"--submission {spec}: no such file, folder or importable module"
+    return f"--submission {spec}: no such file or folder"
+
+
 def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: int | None = None,
-          memory_mb: int = 6144, device: str = "cpu") -> dict:
-    """Run the checks of `functions` (default: all) on `submission`; never raises for its behaviour."""
+          memory_mb: int = 6144, device: str = "cpu", official: bool = False,
+          time_limit: float = DEFAULT_TIME_LIMIT) -> dict:
+    """Run the checks of `functions` (default: all) on `submission`; never raises for its
+    behaviour. Raises FileNotFoundError for a submission that does not exist, and
+    IsolationUnavailable for an `official` grading where no sandbox can start."""
+    problem = submission_problem(str(submission))
+    if problem:
+        raise FileNotFoundError(problem)
     loaded = load_submission(submission, ROOT)
+    grader = Grader(loaded, device, probe_timeout, memory_mb, seed, official=official,
+                    time_limit=time_limit)
     target = Path(loaded.target)
-    sentinel = Sentinel(ROOT, [target] if target.is_dir() else [target.parent] if target.exists() else [])
-    grader = Grader(loaded, device, probe_timeout, memory_mb, seed)
+    sentinel = Sentinel(ROOT, [target] if target.is_dir() else [target.parent]
+                        if target.exists() else []) if grader.practice else None
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]
     finally:
         grader.close()
-    tampering = sentinel.restore()
+    tampering = sentinel.restore() if sentinel else []
     score, maximum = grader.totals()
     if tampering:
         score = 0.0
     return {"results": {r["name"]: r for r in results}, "score": score, "max_score": maximum,
-            "load_failure": grader.load_failure, "load_errors": grader.load_errors, "tampering": tampering}
+            "load_failure": grader.load_failure, "load_errors": grader.load_errors,
+            "tampering": tampering, "practice": grader.practice, "isolation": grader.isolation_note}

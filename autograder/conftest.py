@@ -1,14 +1,17 @@
 """`pytest autograder`: options, the session's grader, results.json, and the score table.
 
-    pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto] [-k NAME]
+    pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto]
+                      [--official] [--time-limit SECONDS] [-k NAME]
 
+The submission runs in a bubblewrap sandbox (`autograder.isolation`). Where none can start, the
+grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
+then (exit code 4, pytest's usage error), as it does for a --submission that does not exist.
 Each check is one pytest test (`autograder/test_checks.py`); a check that loses points is a failed
 test, so the reference (`--submission course`) exits 0 and anything short of full marks exits 1.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -26,10 +29,28 @@ def pytest_addoption(parser) -> None:
                     help="seconds a single call into the submission may take")
     group.addoption("--memory-mb", type=int, default=6144, help="address-space limit of the worker")
     group.addoption("--seed", type=int, default=None, help="seed of the fresh inputs (default: random)")
+    group.addoption("--official", action="store_true",
+                    help="an official grade: refuse to grade unless the sandbox isolates the submission")
+    group.addoption("--time-limit", type=float, default=None,
+                    help="seconds the whole grading may take (default: 1200)")
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
+    from autograder.api import submission_problem
+    from autograder.isolation import sandbox_problem
+
+    problem = submission_problem(config.getoption("--submission"))
+    if problem is None and config.getoption("--official") and sandbox_problem(ROOT):
+        problem = f"--official: refusing to grade without isolation: {sandbox_problem(ROOT)}"
+    if problem:
+        results = config.getoption("--results")
+        if results:
+            from autograder.results import write_results
+
+            write_results({"score": 0.0, "output": problem, "visibility": "visible",
+                           "stdout_visibility": "hidden", "tests": []}, results)
+        raise pytest.UsageError(problem)
 
 
 class Session:
@@ -38,7 +59,8 @@ class Session:
     def __init__(self, config):
         import torch
 
-        from autograder.grader import FIXTURES, Grader
+        from autograder import report, results  # noqa: F401  (imported before any student code runs)
+        from autograder.grader import DEFAULT_TIME_LIMIT, Grader
         from autograder.sentinel import Sentinel
         from autograder.submission import load_submission
 
@@ -46,20 +68,21 @@ class Session:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         submission = load_submission(config.getoption("--submission"), ROOT)
+        self.grader = Grader(submission, device, config.getoption("--probe-timeout"),
+                             config.getoption("--memory-mb"), config.getoption("--seed"),
+                             official=config.getoption("--official"),
+                             time_limit=config.getoption("--time-limit") or DEFAULT_TIME_LIMIT)
         target = Path(submission.target)
         extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
-        self.sentinel = Sentinel(ROOT, extra)
-        if os.geteuid() == 0 and FIXTURES.exists():
-            FIXTURES.chmod(0o600)  # the worker runs as nobody: it cannot read the expected values
-        self.grader = Grader(submission, device, config.getoption("--probe-timeout"),
-                             config.getoption("--memory-mb"), config.getoption("--seed"))
+        # in the sandbox nothing outside it is writable; without one, look for what changed
+        self.sentinel = Sentinel(ROOT, extra) if self.grader.practice else None
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written
         self.tampering: list[str] = []
 
     def finish(self) -> None:
         self.grader.close()
-        self.tampering = self.sentinel.restore()
+        self.tampering = self.sentinel.restore() if self.sentinel else []
         if self.tampering:
             for result in self.grader.results:
                 result["score"] = 0.0
@@ -106,6 +129,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     grader = grading_session.grader
     write = terminalreporter.write_line
     terminalreporter.section("autograder")
+    write(grader.isolation_note)
     for note in ([grader.load_failure] if grader.load_failure else []) + grader.load_errors:
         write(f"note: {escape(note)}")
     if grading_session.tampering:

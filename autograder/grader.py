@@ -110,6 +110,18 @@ def _sources(submission: Submission) -> list[str]:
     return []
 
 
+def _import_trusted() -> None:
+    """Import all the trusted side uses (checks, references, the model's modules) before any
+    student code runs: nothing of the grader's is read from disk after that."""
+    from autograder import checks, report, results  # noqa: F401
+    from autograder.objects import build_model
+    from autograder.reference import GRADED_FUNCTIONS, reference
+
+    for name in GRADED_FUNCTIONS:
+        reference(name)
+    build_model(0, "float64")
+
+
 class IsolationUnavailable(RuntimeError):
     """An official grading was asked for where no sandbox can start."""
 
@@ -138,6 +150,7 @@ class Grader:
         if self.in_process:
             self.runner = InProcessRunner(namespace, device)
         else:
+            _import_trusted()
             self.practice = sandbox_problem(ROOT)
             if official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
