@@ -70,6 +70,8 @@ def test_the_encoder_sends_plain_contiguous_copies():
     assert torch.equal(got["expanded"], torch.ones(1000, 3))
     assert type(got["subclass"]) is torch.Tensor and not got["grad"].requires_grad
     assert got["complex"] == {"__unsupported__": "a tensor of dtype complex64"}
+    long = wire.decode(wire.encode({"message": "é" * (wire.MAX_STRING + 1)}))["message"]
+    assert long.startswith("é" * 100) and long.endswith(" more characters]")
     assert got["object"] == {"__unsupported__": "object"}
 
 
