@@ -2,6 +2,7 @@
 # float tensor followed by a megabyte no descriptor claims
 # functions: compute_entropy, estimate_kl
 # honest: 0
+# says: a bool tensor with bytes other than 0 and 1
 import json
 
 from autograder import wire  # the worker's own encoder: code in the worker may replace it

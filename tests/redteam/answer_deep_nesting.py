@@ -1,6 +1,7 @@
 # attack: hostile answer - a JSON header nested 500,000 deep, and a return value nested 100,000 deep
 # functions: compute_entropy, estimate_kl
 # honest: 0
+# says: more than 50,000 values
 from autograder import wire  # the worker's own encoder: code in the worker may replace it
 
 DEEP = 500_000

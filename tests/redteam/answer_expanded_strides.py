@@ -2,6 +2,7 @@
 # which the grader used to torch.load; and a stride-0 view of 2**32 elements returned as is
 # functions: compute_entropy, estimate_kl
 # honest: 0
+# says: an answer the grader refuses
 import io
 
 import torch

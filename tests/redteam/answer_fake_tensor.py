@@ -2,6 +2,7 @@
 # isclose say True, and a header naming a dtype and a tag of its own
 # functions: compute_entropy, estimate_kl
 # honest: 0
+# says: a tensor of dtype 'Agreeable'
 import json
 
 import torch

@@ -1,6 +1,7 @@
 # attack: hostile answer - a frame whose length prefix claims 2**62 bytes, then silence
 # functions: compute_entropy
 # honest: 0
+# says: an answer of 4,611,686,018,427,387,904 bytes
 import os
 
 from autograder import wire  # the worker's own framing: code in the worker may replace it

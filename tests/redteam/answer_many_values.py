@@ -1,6 +1,7 @@
 # attack: hostile answer - a 2 MB header of 690,000 empty lists, and one of 300,000 keys
 # functions: compute_entropy, estimate_kl
 # honest: 0
+# says: more than 50,000 values
 import json
 
 from autograder import wire  # the worker's own encoder: code in the worker may replace it

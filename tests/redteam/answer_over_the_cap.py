@@ -1,6 +1,7 @@
 # attack: hostile answer - return a 100 MB tensor, over the 64 MB answer cap, to bloat the grader
 # functions: compute_entropy
 # honest: 0
+# says: (the limit is 67,108,864)
 import torch
 
 

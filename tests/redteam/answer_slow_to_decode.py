@@ -2,6 +2,7 @@
 # an answer trickled out a byte every half second
 # functions: compute_entropy, estimate_kl
 # honest: 0
+# says: a number of 1,999,900 digits
 import os
 import time
 

@@ -1,6 +1,7 @@
 # attack: hostile answer - 8 bytes on the wire that describe a (2**24, 2**24) float64 tensor (2 EiB)
 # functions: compute_entropy
 # honest: 0
+# says: needs 2,251,799,813,685,248 bytes
 import json
 
 from autograder import wire  # the worker's own encoder: code in the worker may replace it

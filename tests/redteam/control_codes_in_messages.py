@@ -2,6 +2,7 @@
 # bidi override) in exception text, in printed output, and in a crash's log tail
 # functions: compute_entropy, estimate_kl, compute_group_normalized_rewards
 # honest: 0
+# says: raised ValueError
 import os
 import sys
 
