@@ -164,7 +164,8 @@ def course_sources(stage: str | None) -> dict[str, str]:
 
 
 class _Canonical(ast.NodeTransformer):
-    """Local names become v0, v1, ... in order of appearance; docstrings and annotations go."""
+    """Local names become v0, v1, ... in order of appearance; docstrings, annotations and the
+    text of strings go."""
 
     def __init__(self):
         self.names: dict[str, str] = {}
@@ -181,6 +182,14 @@ class _Canonical(ast.NodeTransformer):
             node.id = self._local(node.id)
         return node
 
+    def visit_Constant(self, node):
+        if isinstance(node.value, str):  # messages reworded do not make a copy one's own
+            node.value = ""
+        return node
+
+    def visit_JoinedStr(self, node):
+        return ast.Constant("")
+
     def visit_FunctionDef(self, node):
         node.returns, node.decorator_list = None, []
         if node.body and isinstance(node.body[0], ast.Expr) \
@@ -192,8 +201,8 @@ class _Canonical(ast.NodeTransformer):
 
 
 def fingerprint(function: ast.FunctionDef) -> str:
-    """The shape of a function's code with its local names, docstring and annotations erased:
-    equal for a pasted (or renamed) copy, different for code written independently."""
+    """The shape of a function's code with its local names, strings, docstring and annotations
+    erased: equal for a pasted (renamed, reworded) copy, different for code written independently."""
     import copy
 
     return ast.dump(_Canonical().visit(copy.deepcopy(function)), annotate_fields=False)

@@ -186,6 +186,7 @@ class Worker:
         self.process: Child | None = None
         self.ready = None  # the load report of the current child
         self.log_fd = None
+        self.last_status: dict | None = None  # how the previous child ended
         self.starts = 0
 
     def start(self) -> dict:
@@ -259,7 +260,7 @@ class Worker:
 
     def death(self, doing: str, tail: str) -> str:
         """How the child ended, in the student's words."""
-        status = self.process.status if self.process else None
+        status = self.process.status if self.process else self.last_status
         limit = f" (the limit is {self.memory_mb} MiB)" if self.memory_mb else ""
         if status is None:
             return f"the worker process ended while {doing}"
@@ -279,6 +280,7 @@ class Worker:
         if self.process is not None:
             with contextlib.suppress(WorkerError, OSError):
                 self.process.wait(grace=0.0)
+            self.last_status = self.process.status
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
             with contextlib.suppress(OSError):

@@ -1,0 +1,5 @@
+"""A blank submission (the later grading after the attacks): nothing implemented."""
+
+
+def compute_entropy(logits):
+    raise NotImplementedError

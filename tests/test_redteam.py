@@ -1,0 +1,169 @@
+"""The red team: every attack in tests/redteam/ is graded officially, in the sandbox, and must fail.
+
+Convention for an attack entry (the harness finds them; nothing else needs registering):
+  tests/redteam/<name>.py, tests/redteam/<name>.ipynb, or a folder tests/redteam/<name>/ of
+  notebooks (graded as one submission). Its first lines — `#` comments of the .py, the first
+  markdown cell of the notebook (of the folder's first notebook, in name order) — say
+      # attack: <class> - <what it tries>
+      # functions: <comma-separated graded functions to grade, or all>
+      # honest: <points the honest version of those functions earns; default 0>
+      # says: <words the grader's output must contain>        (optional)
+  Names starting with "_" are helpers, not attacks.
+
+Each attack is graded with `official=True` (no sandbox, no test: the module is skipped) and the
+tests assert that
+  - it earns no more than `honest` points;
+  - the grader's output names what happened (`says`), when the entry asks for it;
+  - nothing persists: after every attack has been graded, a blank submission scores 0 and the
+    reference scores full marks in real later gradings, and no file of a sandbox user is left in
+    the host's /tmp or /dev/shm;
+  - no process outlives the grading: after the gradings, /proc shows no process of a sandbox user
+    id and no worker of this checkout.
+Some attacks need something from the host to prove a hole (a loopback server that hands out the
+reference's source, for the network attack): `HOST_SERVICES` starts those before grading.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socketserver
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from autograder.api import grade
+from autograder.grader import ROOT
+from autograder.isolation import sandbox_problem
+
+pytestmark = pytest.mark.slow
+
+REDTEAM = Path(__file__).with_name("redteam")
+SANDBOX_UIDS = range(200_000, 8_200_100)  # the uid range of the sandbox's children
+REFERENCE_PORT = 47613  # the network attack asks the host for the reference here
+GRADING = {"probe_timeout": 4.0, "memory_mb": 3072, "time_limit": 240.0}
+
+
+def read_header(entry: Path) -> dict:
+    """The `# key: value` lines at the top of an attack entry."""
+    if entry.is_dir():
+        entry = sorted(entry.glob("*.ipynb"))[0]
+    if entry.suffix == ".ipynb":
+        cells = json.loads(entry.read_bytes().decode("utf-8", "replace"))["cells"]
+        source = next(c["source"] for c in cells if c["cell_type"] == "markdown")
+        text = "".join(source) if isinstance(source, list) else source
+    else:
+        text = entry.read_text(encoding="utf-8", errors="replace")
+    header = {}
+    for line in text.splitlines()[:12]:
+        match = re.match(r"#\s*(attack|functions|honest|says):\s*(.*)", line)
+        if match:
+            header[match.group(1)] = match.group(2).strip()
+    assert "attack" in header and "functions" in header, f"{entry}: no attack/functions header"
+    functions = header["functions"]
+    return {"attack": header["attack"], "says": header.get("says"),
+            "functions": None if functions == "all" else tuple(f.strip() for f in functions.split(",")),
+            "honest": float(header.get("honest", 0))}
+
+
+ENTRIES = sorted(p for p in REDTEAM.iterdir()
+                 if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix in (".py", ".ipynb")))
+
+
+class _Reference(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.sendall((ROOT / "course" / "scoring.py").read_bytes())
+
+
+def _host_services() -> socketserver.TCPServer:
+    server = socketserver.TCPServer(("127.0.0.1", REFERENCE_PORT), _Reference)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _leftovers() -> list[str]:
+    """Processes of a sandbox user or workers of this checkout; sandbox users' files in /tmp, /dev/shm."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            uid = int(re.search(r"Uid:\s+(\d+)", status).group(1))
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except (OSError, AttributeError):
+            continue
+        if uid in SANDBOX_UIDS or str(ROOT / "autograder" / "worker.py") in command:
+            found.append(f"process {entry.name} (uid {uid}): {command[:120]}")
+    for folder in (Path("/tmp"), Path("/dev/shm")):
+        for path in folder.iterdir() if folder.is_dir() else ():
+            try:
+                if path.lstat().st_uid in SANDBOX_UIDS:
+                    found.append(f"file {path} of a sandbox user")
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def red_team() -> dict:
+    problem = sandbox_problem(ROOT)
+    if problem:
+        pytest.skip(f"no sandbox here: {problem}")
+    server = _host_services()
+    try:
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {entry.name: pool.submit(grade, str(entry), read_header(entry)["functions"],
+                                               official=True, **GRADING) for entry in ENTRIES}
+            graded = {name: future.result() for name, future in futures.items()}
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    time.sleep(1.0)  # a daemon that escaped would still be there, or would write by now
+    leftovers = _leftovers()
+    # real later gradings: blank work scores 0, the reference full marks
+    later_blank = grade(str(REDTEAM / "_blank.py"), ("compute_entropy",), official=True)
+    later_reference = grade("course", ("compute_entropy", "tokenize_prompt_and_output"),
+                            official=True)
+    return {"graded": graded, "leftovers": leftovers, "blank": later_blank,
+            "reference": later_reference, "seconds": elapsed}
+
+
+def test_the_red_team_is_large_and_covers_every_class():
+    classes = {read_header(e)["attack"].split(" - ")[0].strip() for e in ENTRIES}
+    assert len(ENTRIES) >= 30, f"only {len(ENTRIES)} attacks"
+    for needed in ("persistence", "escape", "signal", "disk", "processes", "memory", "network",
+                   "snooping", "delegation", "classification"):
+        assert needed in classes, f"no attack of class {needed!r}: {sorted(classes)}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_attack_earns_nothing_beyond_honest_work(entry, red_team):
+    header = read_header(entry)
+    graded = red_team["graded"][entry.name]
+    outputs = " | ".join(f"{n}: {r['output'][:300]}" for n, r in graded["results"].items()
+                         if r["score"])
+    assert graded["max_score"] > 0, f"{entry.name}: nothing was graded"
+    assert graded["score"] <= header["honest"], f"{entry.name} earned {graded['score']}: {outputs}"
+    assert not graded["practice"], graded["isolation"]
+    if header["says"]:
+        everything = " ".join(r["output"] for r in graded["results"].values())
+        everything += " ".join(graded["load_errors"]) + (graded["load_failure"] or "")
+        assert header["says"] in everything, f"{entry.name}: {header['says']!r} not in {everything[:2000]}"
+
+
+def test_nothing_outlives_the_gradings(red_team):
+    assert not red_team["leftovers"], red_team["leftovers"]
+
+
+def test_later_gradings_are_not_affected(red_team):
+    blank, reference = red_team["blank"], red_team["reference"]
+    assert blank["max_score"] > 0 and blank["score"] == 0, blank["results"]
+    failed = {n: r["output"] for n, r in reference["results"].items() if r["status"] == "failed"}
+    assert reference["score"] == reference["max_score"] > 0, failed
+
