@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import re
 import socketserver
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -167,3 +169,20 @@ def test_later_gradings_are_not_affected(red_team):
     failed = {n: r["output"] for n, r in reference["results"].items() if r["status"] == "failed"}
     assert reference["score"] == reference["max_score"] > 0, failed
 
+
+
+def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path):
+    """The CLI, officially: the attack's daemon waits for the grader to finish, then writes a
+    perfect results.json wherever it can guess; the file stays as the grader wrote it."""
+    if sandbox_problem(ROOT):
+        pytest.skip(f"no sandbox here: {sandbox_problem(ROOT)}")
+    results = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--official", "--submission",
+                          str(REDTEAM / "escape_outlive_results.py"), "--results", str(results),
+                          "-k", "compute_entropy", "-q", "-p", "no:cacheprovider"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout[-3000:]
+    written = results.read_text()
+    time.sleep(3.0)  # the daemon writes every 0.25 s for 15 s, if it is still alive
+    assert results.read_text() == written and json.loads(written)["score"] == 0
+    assert not _leftovers()

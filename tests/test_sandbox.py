@@ -1,0 +1,110 @@
+"""The sandbox from the outside: what the worker can see, usage errors, practice grades, and load.
+
+The attacks themselves are in tests/redteam/ (see tests/test_redteam.py); here are the promises
+that are not an attack: a missing --submission is a usage error, a machine without bubblewrap
+gives a PRACTICE grade (and `--official` refuses), and correct work keeps full marks while four
+gradings and two busy processes share two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from autograder.api import grade
+from autograder.isolation import bwrap_command, sandbox_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_sandbox = pytest.mark.skipif(sandbox_problem(ROOT) is not None,
+                                   reason=f"no sandbox here: {sandbox_problem(ROOT)}")
+
+
+def _cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "autograder", *args, "-q",
+                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_a_missing_submission_is_a_usage_error_named_in_results_json(tmp_path):
+    missing, results = tmp_path / "nowhere" / "work.ipynb", tmp_path / "results.json"
+    run = _cli("--submission", str(missing), "--results", str(results))
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert str(missing) in run.stderr
+    document = json.loads(results.read_text())
+    assert document["score"] == 0 and str(missing) in document["output"]
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        grade(str(missing))
+
+
+def test_without_bubblewrap_the_grade_is_practice_and_official_refuses(tmp_path):
+    """PATH without bwrap: the grader says PRACTICE in the table and results.json, and an
+    --official run stops with a usage error before grading anything."""
+    env = {**os.environ, "PATH": str(tmp_path)}
+    results = tmp_path / "results.json"
+    refused = _cli("--submission", "course", "--official", "--results", str(results), env=env)
+    assert refused.returncode == 4 and "refusing to grade without isolation" in refused.stderr
+    assert "bubblewrap is not installed" in json.loads(results.read_text())["output"]
+    practice = _cli("--submission", "course", "-k", "compute_entropy", "--results", str(results),
+                    env=env)
+    assert practice.returncode == 0, practice.stdout[-3000:]
+    assert "PRACTICE grade" in practice.stdout
+    document = json.loads(results.read_text())
+    assert document["practice"] is True and "PRACTICE grade" in document["output"]
+
+
+@needs_sandbox
+def test_the_sandbox_shows_no_project_no_fixtures_no_network_and_no_grader():
+    probe = """
+import os, socket, sys
+root = sys.argv[1]
+seen = {"course": os.path.exists(os.path.join(root, "course")),
+        "fixtures": os.listdir(os.path.join(root, "autograder", "fixtures")),
+        "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=1); seen["network"] = True
+except OSError:
+    seen["network"] = False
+for path in (os.path.join(root, "autograder", "x"), "/usr/x"):
+    try:
+        open(path, "w"); seen[path] = "written"
+    except OSError:
+        seen[path] = "refused"
+print(repr(seen))
+"""
+    done = subprocess.run(bwrap_command(ROOT) + [sys.executable, "-I", "-B", "-c", probe, str(ROOT)],
+                          capture_output=True, text=True, timeout=120)
+    seen = eval(done.stdout)  # our own probe's repr
+    assert seen["course"] is False and seen["fixtures"] == [] and seen["network"] is False
+    assert max(seen["processes"]) < 10  # its own PID namespace: the grader is not there
+    assert set(v for k, v in seen.items() if k.startswith("/")) == {"refused"}
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_four_gradings_at_once_with_two_busy_processes_keep_full_marks():
+    """Load must not be mistaken for failure. Prints each grading's time (never asserted)."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    submissions = ["course", str(ROOT / "solutions"),
+                   str(ROOT / "tests" / "autograder_cases" / "alt_full.py"), "course"]
+    try:
+        def timed(submission):
+            started = time.monotonic()
+            return grade(submission, official=True), time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            graded = list(pool.map(timed, submissions))
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    for submission, (result, seconds) in zip(submissions, graded):
+        print(f"{Path(submission).name}: {result['score']:g}/{result['max_score']:g} in {seconds:.0f} s")
+        failed = {n: r["output"][:300] for n, r in result["results"].items() if r["status"] == "failed"}
+        assert result["score"] == result["max_score"] > 50, (submission, failed)
