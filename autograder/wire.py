@@ -146,10 +146,6 @@ def _number(kind):
     return parse
 
 
-def _refuse_constant(text: str):
-    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[text]
-
-
 @dataclass(frozen=True)
 class _Pending:
     dtype: torch.dtype
@@ -159,16 +155,23 @@ class _Pending:
 
 
 class _Decoder:
-    def __init__(self, tail: memoryview, deadline: float):
-        self.tail, self.offset, self.deadline = tail, 0, deadline
+    """Walks a parsed header: checks every value, claims each tensor's bytes, then builds."""
+
+    def __init__(self, tail: memoryview, seconds: float):
+        self.tail, self.offset, self.seconds = tail, 0, seconds
+        self.deadline = time.monotonic() + seconds
         self.values = self.tensors = 0
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise WireError(f"decoding took longer than {self.seconds:g} s")
 
     def value(self, x, depth: int):
         self.values += 1
         if self.values > MAX_VALUES:
             raise WireError(f"more than {MAX_VALUES:,} values")
-        if self.values % 1024 == 0 and time.monotonic() > self.deadline:
-            raise WireError(f"decoding took longer than {DECODE_SECONDS:g} s")
+        if self.values % 1024 == 0:
+            self.check_time()
         if depth > MAX_DEPTH:
             raise WireError(f"nested deeper than {MAX_DEPTH}")
         if x is None or type(x) in (bool, int, float):
@@ -235,7 +238,6 @@ class _Decoder:
 
 def decode(payload: bytes, seconds: float = DECODE_SECONDS) -> dict:
     """Answer bytes -> a dict of plain values and plain tensors, or WireError."""
-    deadline = time.monotonic() + seconds
     if len(payload) > MAX_FRAME_BYTES:
         raise WireError(f"an answer of {len(payload):,} bytes (the limit is {MAX_FRAME_BYTES:,})")
     if len(payload) < 4:
@@ -243,27 +245,22 @@ def decode(payload: bytes, seconds: float = DECODE_SECONDS) -> dict:
     length = int.from_bytes(payload[:4], "little")
     if length > MAX_HEADER_BYTES or 4 + length > len(payload):
         raise WireError(f"a header of {length:,} bytes (the limit is {MAX_HEADER_BYTES:,})")
+    decoder = _Decoder(memoryview(payload)[4 + length:], seconds)
     header = payload[4:4 + length]
     if header.count(b",") + header.count(b"[") + header.count(b"{") > MAX_VALUES:
         raise WireError(f"more than {MAX_VALUES:,} values")  # counted before parsing: cheap
     try:
-        text = header.decode("utf-8")
-        header = json.loads(text, parse_int=_number(int), parse_float=_number(float),
-                            parse_constant=_refuse_constant)
+        parsed = json.loads(header.decode("utf-8"), parse_int=_number(int),
+                            parse_float=_number(float))
     except WireError:
         raise
     except (ValueError, RecursionError, MemoryError) as exc:
         raise WireError(f"a header that is not JSON ({type(exc).__name__})") from None
-    decoder = _Decoder(memoryview(payload)[4 + length:], deadline)
-    try:
-        message = decoder.value(header, 0)
-    except RecursionError:
-        raise WireError(f"nested deeper than {MAX_DEPTH}") from None
+    message = decoder.value(parsed, 0)  # at most MAX_DEPTH calls deep
     if decoder.offset != len(decoder.tail):
         raise WireError(f"{len(decoder.tail) - decoder.offset:,} bytes after the last tensor")
     if type(message) is not dict:
         raise WireError(f"an answer that is a {type(message).__name__}, not a dict")
     message = decoder.build(message)
-    if time.monotonic() > deadline:
-        raise WireError(f"decoding took longer than {seconds:g} s")
+    decoder.check_time()
     return message
