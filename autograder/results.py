@@ -15,6 +15,7 @@ students and graders, and a string from the submission must not carry terminal c
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -63,15 +64,14 @@ def write_results(document: dict, path: str | Path) -> None:
                              | os.O_CLOEXEC, 0o600, dir_fd=folder)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
             os.fchmod(handle.fileno(), 0o644)
         try:
             os.rename(path.name, path, src_dir_fd=folder)
         except OSError as exc:
-            raise ResultsError(f"cannot write {path}: {exc.strerror} (in a shared folder such as "
-                               "/tmp, a file or link of that name owned by someone else cannot be "
-                               "replaced: choose another --results path)") from None
+            hint = (" (in a shared folder such as /tmp, a file or link of that name owned by "
+                    "someone else cannot be replaced: choose another --results path)"
+                    if exc.errno in (errno.EPERM, errno.EACCES) else "")
+            raise ResultsError(f"cannot write {path}: {exc.strerror}{hint}") from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path.name, dir_fd=folder)
