@@ -86,6 +86,37 @@ print(repr(seen))
     assert set(v for k, v in seen.items() if k.startswith("/")) == {"refused"}
 
 
+def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypatch):
+    """Under load the first start may time out: it is retried (and then grades normally); two
+    timeouts say "the grader is overloaded", never that the student's code crashed."""
+    from autograder import sandbox
+    from autograder.sandbox import WorkerError
+
+    real_start, starts = sandbox.Sandbox.start, []
+
+    def slow_once(self, timeout):
+        starts.append(timeout)
+        if len(starts) == 1:
+            raise WorkerError("overloaded", "the grader is overloaded: its sandbox did not answer "
+                                            f"within {timeout:.0f} s while starting")
+        return real_start(self, timeout)
+
+    monkeypatch.setattr(sandbox.Sandbox, "start", slow_once)
+    retried = grade("course", ("compute_entropy",))
+    assert len(starts) == 2 and starts[1] > starts[0]
+    assert retried["score"] == retried["max_score"] > 0 and not retried["load_failure"]
+
+    def always_slow(self, timeout):
+        raise WorkerError("overloaded", f"the grader is overloaded: its sandbox did not answer "
+                                        f"within {timeout:.0f} s while starting")
+
+    monkeypatch.setattr(sandbox.Sandbox, "start", always_slow)
+    failed = grade("course", ("compute_entropy",))
+    assert failed["score"] == 0 and "the grader is overloaded" in failed["load_failure"]
+    assert "says nothing about your code" in failed["load_failure"]
+    assert all("overloaded" in r["output"] for r in failed["results"].values())
+
+
 @needs_sandbox
 @pytest.mark.slow
 def test_four_gradings_at_once_with_two_busy_processes_keep_full_marks():
