@@ -1,10 +1,10 @@
-"""Tamper detection: files a submission must not leave behind for the next grading run.
+"""Tamper detection for PRACTICE grades: files a submission must not leave for the next grading.
 
-The worker cannot change this run's score (the parent decides it in memory), but it could write a
-`conftest.py`, a `pytest.ini`, a `.pth` file, or edit the grader's own files to fool the NEXT run.
-We snapshot those places before any student code runs; after the worker is gone we restore the
-grader's files, delete new startup files, and report every change (a run with changes scores 0). When the grader runs as
-root, the worker runs as `nobody` and cannot write there at all.
+In the bubblewrap sandbox the worker cannot write outside its private tmpfs at all, and this is
+not used. Without one (a practice grade), the worker could write a `conftest.py`, a `pytest.ini`, a
+`.pth` file, or edit the grader's own files to fool the NEXT run. We snapshot those places before
+any student code runs; after the worker is gone we delete new startup files and report every
+change (a run with changes scores 0).
 """
 
 from __future__ import annotations
