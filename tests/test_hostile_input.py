@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -179,10 +180,15 @@ def test_results_json_replaces_planted_links_instead_of_writing_through_them(tmp
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting as another user needs root")
-def test_in_a_sticky_shared_folder_a_link_planted_by_another_user_is_never_followed(tmp_path):
+def test_in_a_sticky_shared_folder_a_link_planted_by_another_user_is_never_followed():
     """/tmp-like folder (mode 1777): as root the link is replaced; as a user who may not replace
     it (sticky bit), writing fails with a message naming the path, and the link's target, which
     that user could write, is untouched."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:  # pytest's own is not reachable
+        _sticky_folder_case(Path(folder))
+
+
+def _sticky_folder_case(tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     sticky = tmp_path / "tmp"
     sticky.mkdir()
