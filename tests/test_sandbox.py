@@ -139,3 +139,34 @@ def test_four_gradings_at_once_with_two_busy_processes_keep_full_marks():
         print(f"{Path(submission).name}: {result['score']:g}/{result['max_score']:g} in {seconds:.0f} s")
         failed = {n: r["output"][:300] for n, r in result["results"].items() if r["status"] == "failed"}
         assert result["score"] == result["max_score"] > 50, (submission, failed)
+
+
+def test_logs_are_read_through_the_graders_own_descriptor_tail_only_never_blocking(tmp_path):
+    from autograder.sandbox import LOG_BYTES, read_tail
+
+    log = tmp_path / "worker.log"
+    log.write_bytes(b"a" * (3 * LOG_BYTES) + b"the end")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        tail = read_tail(fd)
+    finally:
+        os.close(fd)
+    assert len(tail) == LOG_BYTES and tail.endswith(b"the end")
+    os.mkfifo(tmp_path / "pipe")
+    fd = os.open(tmp_path / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert read_tail(fd) == b""  # not a regular file: nothing read, nothing waited for
+    finally:
+        os.close(fd)
+
+
+def test_pasted_copies_are_caught_and_independent_work_is_not():
+    from autograder.grader import _sources
+    from autograder.reference import COURSE_DIR, GRADED_FUNCTIONS, copied_references
+    from autograder.submission import load_submission
+
+    whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
+    assert copied_references(whole_reference) == set(GRADED_FUNCTIONS)
+    for independent in ("solutions", "tests/autograder_cases/alt_full.py",
+                        "tests/autograder_cases/alt_loops.py"):
+        assert copied_references(_sources(load_submission(independent, ROOT))) == set(), independent
