@@ -75,8 +75,11 @@ def bwrap_command(root: Path, visible=(), device: str = "cpu") -> list[str]:
             command += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             command += ["--ro-bind", str(path), str(path)]
+    command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind-try", "/sys", "/sys"]  # gloo, cpuinfo
+    for path, megabytes in TMPFS_MB.items():
+        command += ["--perms", "1777", "--size", str(megabytes * 2**20), "--tmpfs", path]
     mounts = python_folders(root) + [root / "autograder"] + [Path(p).resolve() for p in visible]
-    made = set()
+    made = {Path(p) for p in TMPFS_MB} | {Path(p).parent for p in TMPFS_MB}
     for mount in mounts:  # parents made world-traversable (a 0700 home must not hide Python)
         for parent in reversed(mount.parents):
             if parent != Path("/") and parent not in made and not _inside(parent, mounts) \
@@ -88,9 +91,6 @@ def bwrap_command(root: Path, visible=(), device: str = "cpu") -> list[str]:
     fixtures = root / "autograder" / "fixtures"
     if fixtures.is_dir():  # the stored expected values: hidden
         command += ["--size", str(2**20), "--tmpfs", str(fixtures)]
-    command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind-try", "/sys", "/sys"]  # gloo, cpuinfo
-    for path, megabytes in TMPFS_MB.items():
-        command += ["--perms", "1777", "--size", str(megabytes * 2**20), "--tmpfs", path]
     if device != "cpu":  # GPU passthrough
         command += ["--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"]
         for node in sorted(Path("/dev").glob("nvidia*")):
