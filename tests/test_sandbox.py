@@ -170,3 +170,30 @@ def test_pasted_copies_are_caught_and_independent_work_is_not():
     for independent in ("solutions", "tests/autograder_cases/alt_full.py",
                         "tests/autograder_cases/alt_loops.py"):
         assert copied_references(_sources(load_submission(independent, ROOT))) == set(), independent
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_no_grader_module_is_imported_after_student_code_has_run():
+    """Everything the trusted side uses is imported before the first worker starts."""
+    script = """
+import sys
+from autograder import grader
+from autograder.api import grade
+
+start, seen = grader.Grader._ensure_started, {}
+
+def ensure_started(self):
+    seen.setdefault("before", set(sys.modules))
+    start(self)
+
+grader.Grader._ensure_started = ensure_started
+result = grade("course")
+late = sorted(m for m in set(sys.modules) - seen["before"] if m.split(".")[0] in ("autograder", "course"))
+print(result["score"], result["max_score"], late)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    score, maximum, late = done.stdout.strip().splitlines()[-1].split(" ", 2)
+    assert float(score) == float(maximum) > 50 and late == "[]", done.stdout[-2000:]
