@@ -1,7 +1,9 @@
 """The trusted reference: `course`'s graded functions, looked up by name.
 
-Both sides use this: the parent computes expected values with it, and the worker wraps it with a
-call counter so that a graded function that merely calls the reference of the same name is caught.
+The parent computes expected values with it. The sandboxed worker never gets the reference of the
+stage it grades (`course_sources` stubs it out), and a pasted copy is caught from the submission's
+source (`copied_references`). Notebook self-checks, which run in the student's own kernel, count
+calls into the reference instead (`counting_calls`): fine for practice, not a defence.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import contextlib
 import functools
 import importlib
 import pkgutil
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -108,10 +109,6 @@ def is_reference(function, name: str) -> bool:
         if seen is None:
             return False
     return False
-
-
-def loaded_course() -> bool:
-    return "course" in sys.modules
 
 
 # ---- the reference where a function is graded: absent ------------------------------------
