@@ -238,14 +238,14 @@ class Grader:
         function = message["function"]
         if self.load_failure:
             raise Fail(self.load_failure)
-        if function in self.broken:
-            raise Fail(f"{function} was stopped in an earlier check: {self.broken[function]}")
-        if function in self.copied:
-            raise Fail(STATUS_MESSAGES["copied"].format(fn=function))
         remaining = self._remaining()
         if remaining <= 0:
             raise Fail(f"the whole grading ran past its time limit ({self.time_limit:.0f} s, "
                        "`--time-limit`): this check was not run")
+        if function in self.broken:
+            raise Fail(f"{function} was stopped in an earlier check: {self.broken[function]}")
+        if function in self.copied:
+            raise Fail(STATUS_MESSAGES["copied"].format(fn=function))
         stage = STAGE_OF[function]
         if stage in self.stage_failures:
             raise Fail(self.stage_failures[stage])

@@ -197,3 +197,16 @@ print(result["score"], result["max_score"], late)
     assert done.returncode == 0, done.stderr[-3000:]
     score, maximum, late = done.stdout.strip().splitlines()[-1].split(" ", 2)
     assert float(score) == float(maximum) > 50 and late == "[]", done.stdout[-2000:]
+
+
+@needs_sandbox
+def test_one_timer_bounds_the_whole_grading():
+    """A hang with a 30 s probe timeout but a 12 s budget for everything: the hanging call is cut
+    at what is left of the budget, and the checks after it (tokenization's come after scoring's)
+    are not run, saying why."""
+    graded = grade(str(ROOT / "tests" / "redteam" / "classification_hang.py"),
+                   ("compute_entropy", "tokenize_prompt_and_output"), probe_timeout=30.0, time_limit=12.0)
+    outputs = [r["output"] for r in graded["results"].values()]
+    cut = [o for o in outputs if "timed out after" in o]
+    assert cut and all(int(o.split("timed out after ")[1].split(" s")[0]) < 30 for o in cut)
+    assert any("ran past its time limit (12 s, `--time-limit`)" in o for o in outputs)
