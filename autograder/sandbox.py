@@ -32,7 +32,7 @@ from autograder import isolation, wire
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
-CHILD_PROCESSES = 64  # per stage child, threads included
+CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
 
 
