@@ -1,14 +1,22 @@
-"""The trusted judging vocabulary: checks, cases with stored expected values, and comparisons.
+"""The trusted judging vocabulary: checks, cases with stored inputs and expected values, comparisons.
 
 A check is a named, pointed function of a `Context` (see `grader.py`) that either returns (full
-points) or raises `Fail` with the reason (zero points). Comparisons know the common wrong answers:
+points) or raises `Fail` with the reason (zero points). A check may be `paid_with` the main value
+check of its function: error paths and properties that a constant satisfies pay only for code that
+also computes the right values. Comparisons know the common wrong answers:
 `compare(got, expected, what, mistakes)` computes each mistake's answer from the same inputs and,
 when the student's output matches one, says "this looks like X; fix: Y".
+
+No verdict depends on the bit-exact floats of a machine: stored cases keep their inputs (the
+submission is fed exactly those), outputs are compared with the tolerances below, each justified
+by the arithmetic that produces the value, and a stored case is stale only when its definition
+(source and input layout) changes, never when a machine rounds differently.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,19 +39,64 @@ class Check:
     points: float
     run: Callable
     needs_cuda: bool = False
+    paid_with: str | None = None  # title of the check of the same function this one is paid with
 
     @property
     def name(self) -> str:
         return f"{self.function}: {self.title}".translate(ASCII)
 
     @property
+    def gate(self) -> str | None:
+        """The name of the check that must pass for this one to pay (None: paid on its own)."""
+        return f"{self.function}: {self.paid_with}".translate(ASCII) if self.paid_with else None
+
+    @property
     def stage(self) -> str:
         return STAGE_OF[self.function]
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """|got − expected| ≤ atol + rtol·|expected|, elementwise; `why` is the arithmetic behind it."""
+
+    rtol: float
+    atol: float
+    why: str
+
+
+# Measured across ATEN_CPU_CAPABILITY default/avx2/avx512, 1-2 threads and one-ulp input changes
+# (tests/test_portability.py). A float64 exp/log differs by ≤ 1 ulp (1.1e-16) between math libraries.
+FLOAT64 = Tolerance(1e-10, 1e-12, "float64 elementwise maths and sums of ≤ 100 terms differ by ≤ 1e-15 "
+                    "relative between libm versions and SIMD widths: 1e-10 leaves 1e5× room, and is "
+                    "6e3× tighter than the nearest known bug (eps inside the sqrt moves advantages by 6e-7)")
+ADVANTAGE = Tolerance(1e-10, 1e-9, "FLOAT64, but a group of equal rewards divides rounding noise "
+                      "(one ulp, 2e-16) by std + eps = 1e-6, which gives 2e-10: atol 1e-9 absorbs it and "
+                      "is still 600× below the nearest known bug (6e-7)")
+MEAN32 = Tolerance(1e-6, 1e-8, "a mean a submission may take in float32 (rewards are float32): float32 "
+                   "rounding is 6e-8 relative, 16× inside; a wrong reward key moves a mean of 6 by ≥ 1/12")
+MODEL = Tolerance(1e-5, 1e-5, "the float64 tiny OLMo2 normalizes in float32 (RMSNorm upcasts): log-probs "
+                  "moved by ≤ 7e-8 across CPU capabilities, 140× inside; the nearest known bug "
+                  "(unnormalized logits) is off by logsumexp ≈ 4")
+UPDATE = Tolerance(1e-5, 1e-5, "a train-step update through the float32 RMSNorm: measured ≤ 5e-8 "
+                   "(4e-7 of the largest entry) across CPU capabilities; atol is scaled by the update's "
+                   "largest entry, so 25× room; wrong normalizations move it by ≥ 5%")
+METADATA = Tolerance(1e-5, 1e-7, "train-step losses are sums of float32-rounded terms of opposite sign: "
+                     "≤ 3.5e-9 absolute / 9e-7 relative across CPU capabilities, ≥ 11× inside; "
+                     "a wrong count or normalization is off by ≥ 1%")
+LARGE_LOGITS = Tolerance(1e-4, 1e-3, "float32 logits near 1e3 carry 6e-5 absolute rounding into logsumexp: "
+                         "16× room; the naive softmax·log gives NaN")
+BFLOAT16 = Tolerance(0.0, 2e-3, "float32 log-softmax of the same bfloat16 logits; a bfloat16 log-softmax "
+                     "is off by up to 2^-8·|log p| ≈ 1e-2")
+TOLERANCES = {name: value for name, value in globals().items() if isinstance(value, Tolerance)}
+
+
 @dataclass
 class Case:
-    """Inputs made from a seed, and the reference's answer for them (stored for `seeds`)."""
+    """Inputs made from a seed, and the reference's answer for them.
+
+    For `seeds`, the inputs and the answer are stored in autograder/fixtures/expected.pt: the
+    submission is fed the stored inputs, so a machine that rounds `make` differently changes nothing.
+    """
 
     name: str
     make: Callable[[int], dict]
@@ -59,12 +112,17 @@ class Mistake:
 
 
 CHECKS: list[Check] = []
+CHECK_NAMED: dict[str, Check] = {}
 CASES: dict[str, Case] = {}
 
 
-def check(function: str, title: str, points: float = 1, needs_cuda: bool = False):
+def check(function: str, title: str, points: float = 1, needs_cuda: bool = False,
+          paid_with: str | None = None):
+    """Register a check; `paid_with` names (by title) the value check this one is paid with."""
     def register(run):
-        CHECKS.append(Check(function, title, points, run, needs_cuda))
+        registered = Check(function, title, points, run, needs_cuda, paid_with)
+        CHECKS.append(registered)
+        CHECK_NAMED[registered.name] = registered
         return run
     return register
 
@@ -76,26 +134,28 @@ def case(name: str, expected: Callable, seeds: tuple = (0, 1)):
     return register
 
 
-def digest(value) -> str:
-    """A stable fingerprint of case inputs, so stored expected values go stale loudly."""
+def layout(value):
+    """The shape of `value` without its float bits: keys, lengths, tensor dtypes and shapes, and the
+    exact value of strings, ints and markers. Two machines always agree on it."""
+    if isinstance(value, torch.Tensor):
+        return f"T{value.dtype}{tuple(value.shape)}"
+    if isinstance(value, dict):
+        return {str(k): layout(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [layout(v) for v in value]
+    return repr(value)
+
+
+def fingerprint(spec: Case) -> str:
+    """The definition of a stored case: its makers' source and its inputs' layout for every seed.
+
+    It changes when a developer changes the case (then `python -m autograder.fixtures`), never
+    with the machine; tests/test_autograder_fixtures.py catches changes of values beyond the layout.
+    """
     h = hashlib.sha256()
-
-    def feed(v):
-        if isinstance(v, torch.Tensor):
-            h.update(f"T{v.dtype}{tuple(v.shape)}".encode())
-            h.update(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        elif isinstance(v, dict):
-            for k in sorted(v):
-                h.update(f"K{k}".encode())
-                feed(v[k])
-        elif isinstance(v, (list, tuple)):
-            h.update(f"L{len(v)}".encode())
-            for item in v:
-                feed(item)
-        else:
-            h.update(f"V{v!r}".encode())
-
-    feed(value)
+    for part in (spec.name, spec.seeds, inspect.getsource(spec.make), inspect.getsource(spec.expected),
+                 [layout(spec.make(seed)) for seed in spec.seeds]):
+        h.update(repr(part).encode())
     return h.hexdigest()[:16]
 
 
@@ -117,12 +177,17 @@ def close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -
     return bool(torch.allclose(got.double(), expected.double(), rtol=rtol, atol=atol))
 
 
+def number(value: float) -> str:
+    """Every digit a float64 has (repr's shortest round-trip), so two printed values never look equal."""
+    return repr(float(value))
+
+
 def _where(got: torch.Tensor, expected: torch.Tensor) -> str:
     g, e = got.detach().double(), expected.detach().double()
     error = (g - e).abs().nan_to_num(float("inf"))
     index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape)) if error.ndim else ()
     return (f"largest difference {float(error.max()):.3g} at index {list(index)}: "
-            f"got {float(g[index]):.6g}, expected {float(e[index]):.6g}")
+            f"got {number(g[index])} ({got.dtype}), expected {number(e[index])} ({expected.dtype})")
 
 
 def diagnose(got, mistakes, rtol: float, atol: float) -> str | None:
@@ -137,10 +202,13 @@ def diagnose(got, mistakes, rtol: float, atol: float) -> str | None:
     return None
 
 
-def compare(got, expected: torch.Tensor, what: str, mistakes=(), rtol: float = 1e-7,
-            atol: float = 1e-9) -> None:
-    """Fail with a diagnosis unless `got` matches `expected` (a trusted tensor)."""
+def compare(got, expected: torch.Tensor, what: str, mistakes=(), tolerance: Tolerance = FLOAT64,
+            scale: float = 1.0) -> None:
+    """Fail with a diagnosis unless `got` matches `expected` (a trusted tensor).
+
+    `scale` multiplies atol, for values whose rounding is relative to their largest entry."""
     got = tensor(got, what)
+    rtol, atol = tolerance.rtol, tolerance.atol * scale
     if close(got, expected, rtol, atol):
         return
     hint = diagnose(got, mistakes, rtol, atol)
@@ -164,14 +232,16 @@ def scalar(got, what: str) -> float:
                f"{type(got).__name__}{list(got.shape) if isinstance(got, torch.Tensor) else ''}")
 
 
-def compare_scalar(got, expected: float, what: str, mistakes=(), rtol=1e-6, atol=1e-8) -> None:
+def compare_scalar(got, expected: float, what: str, mistakes=(), tolerance: Tolerance = FLOAT64) -> None:
     value = scalar(got, what)
+    rtol, atol = tolerance.rtol, tolerance.atol
     if abs(value - expected) <= atol + rtol * abs(expected):
         return
     hint = diagnose(torch.tensor(value, dtype=torch.float64), mistakes, rtol, atol)
     if hint:
         raise Fail(f"{what} is wrong: {hint}")
-    raise Fail(f"{what} is {value:.6g}, expected {expected:.6g}")
+    kind = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+    raise Fail(f"{what} is {number(value)} ({kind}), expected {number(expected)}")
 
 
 def field(output, key: str, what: str):

@@ -5,7 +5,19 @@ from __future__ import annotations
 import torch
 
 from autograder.checks.common import generator, rng, run_reference
-from autograder.core import Fail, Mistake, case, check, compare, compare_scalar, field, item, tensor
+from autograder.core import (
+    ADVANTAGE,
+    MEAN32,
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare,
+    compare_scalar,
+    field,
+    item,
+    tensor,
+)
 from autograder.grader import judge_cases
 from autograder.objects import REWARD_FN, reward_fn
 
@@ -46,11 +58,13 @@ def reward_values(ctx) -> None:
         if rewards.dtype != torch.float32:
             raise Fail(f"rewards are {rewards.dtype}, expected float32")
         for key in META_KEYS:
-            compare_scalar(field(output[1], key, "the metadata"), run.expected[1][key], f"metadata[{key!r}]")
+            compare_scalar(field(output[1], key, "the metadata"), run.expected[1][key], f"metadata[{key!r}]",
+                           tolerance=MEAN32)
     judge_cases(ctx, f"{REWARDS}/responses", judge)
 
 
-@check(REWARDS, "responses and ground truths of different lengths raise ValueError", points=1)
+@check(REWARDS, "responses and ground truths of different lengths raise ValueError", points=1,
+       paid_with="rewards (float32) and the three metadata means match")
 def reward_bad_input(ctx) -> None:
     response = ctx.outcome(REWARDS, {"reward_fn": REWARD_FN, "rollout_responses": ["a", "b"],
                                      "repeated_ground_truths": ["1"]})
@@ -104,7 +118,7 @@ def std_values(ctx) -> None:
     def judge(run):
         output = ctx.call(ADVANTAGES, run.inputs)["output"]
         compare(item(output, 0, 2, f"the result of {ADVANTAGES}"), run.expected[0], "advantages",
-                _std_mistakes(run.inputs))
+                _std_mistakes(run.inputs), ADVANTAGE)
     judge_cases(ctx, f"{ADVANTAGES}/std", judge)
 
 
@@ -134,7 +148,7 @@ def variant_values(ctx) -> None:
                         Mistake("dividing by the mean of the centered rewards (≈0)",
                                 "'mean' divides by the mean of the raw group rewards",
                                 lambda: (centered / (centered.mean(1, keepdim=True) + 1e-6)).reshape(-1)),
-                    ])
+                    ], ADVANTAGE)
     judge_cases(ctx, f"{ADVANTAGES}/variants", judge)
 
 
@@ -145,13 +159,14 @@ def advantage_metadata(ctx) -> None:
         metadata = item(output, 1, 2, "the result")
         advantages = run.expected[0]
         compare_scalar(field(metadata, "advantage_mean", "the metadata"), float(advantages.mean()),
-                       "metadata['advantage_mean']")
+                       "metadata['advantage_mean']", tolerance=MEAN32)
         compare_scalar(field(metadata, "advantage_std", "the metadata"), float(advantages.std()),
-                       "metadata['advantage_std']")
+                       "metadata['advantage_std']", tolerance=MEAN32)
     judge_cases(ctx, f"{ADVANTAGES}/std", judge)
 
 
-@check(ADVANTAGES, "a group of equal rewards gets finite zero advantages", points=1)
+@check(ADVANTAGES, "a group of equal rewards gets finite zero advantages", points=1,
+       paid_with="std-normalized advantages match the reference")
 def equal_group(ctx) -> None:
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 2.0], dtype=torch.float64)
     got = tensor(item(ctx.call(ADVANTAGES, {"raw_rewards": rewards, "group_size": 3})["output"], 0, 2,
@@ -160,4 +175,4 @@ def equal_group(ctx) -> None:
         raise Fail("equal rewards in a group gave NaN/inf advantages: std is 0 there, so the "
                    "denominator must be (std + eps), never std alone")
     compare(got, torch.tensor([0.0, 0, 0, -1 / (1 + 1e-6), 0, 1 / (1 + 1e-6)], dtype=torch.float64),
-            "advantages of rewards [1, 1, 1 | 0, 1, 2] in groups of 3")
+            "advantages of rewards [1, 1, 1 | 0, 1, 2] in groups of 3", tolerance=ADVANTAGE)
