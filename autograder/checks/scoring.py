@@ -7,7 +7,18 @@ import math
 import torch
 
 from autograder.checks.common import generator, rng, run_reference
-from autograder.core import BFLOAT16, LARGE_LOGITS, MODEL, Fail, Mistake, case, check, compare, field, tensor
+from autograder.core import (
+    BFLOAT16,
+    LARGE_LOGITS,
+    MODEL,
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare,
+    field,
+    tensor,
+)
 from autograder.grader import judge_cases
 from autograder.objects import build_model, build_tokenizer, model_marker
 
