@@ -78,3 +78,15 @@ def test_a_drifted_answer_is_detected(stored):
     drifted[0, 0] += 1e-4
     with pytest.raises(AssertionError):
         _assert_close(drifted, answer, "compute_entropy/logits[0]", ANSWERS)
+
+
+def test_a_failed_comparison_prints_every_digit_and_the_dtype():
+    from autograder.core import Fail, Tolerance, compare, compare_scalar
+
+    exact = Tolerance(0.0, 0.0, "bit for bit, for this test only")
+    got = torch.tensor([0.885312], dtype=torch.float32)
+    with pytest.raises(Fail) as failure:
+        compare(got, torch.tensor([0.885312], dtype=torch.float64), "x", tolerance=exact)
+    assert "got 0.885312020778656 (torch.float32), expected 0.885312 (torch.float64)" in str(failure.value)
+    with pytest.raises(Fail, match=r"is 0\.885312020778656 \(torch\.float32\), expected 0\.885312$"):
+        compare_scalar(got[0], 0.885312, "x", tolerance=exact)
