@@ -83,7 +83,6 @@ LARGE_LOGITS = Tolerance(1e-4, 1e-3, "float32 logits near 1e3 carry 6e-5 absolut
                          "16× room; the naive softmax·log gives NaN")
 BFLOAT16 = Tolerance(0.0, 2e-3, "float32 log-softmax of the same bfloat16 logits; a bfloat16 log-softmax "
                      "is off by up to 2^-8·|log p| ≈ 1e-2")
-TOLERANCES = {name: value for name, value in globals().items() if isinstance(value, Tolerance)}
 
 
 @dataclass

@@ -5,17 +5,7 @@ from __future__ import annotations
 import torch
 
 from autograder.checks.common import generator, rng, run_reference
-from autograder.core import (
-    Fail,
-    Mistake,
-    case,
-    check,
-    compare,
-    compare_scalar,
-    field,
-    item,
-    tensor,
-)
+from autograder.core import Fail, Mistake, case, check, compare, compare_scalar, field, item, tensor
 from autograder.grader import judge_cases
 from autograder.objects import REWARD_FN, reward_fn
 
