@@ -65,17 +65,17 @@ class Tolerance:
 
 # Measured across ATEN_CPU_CAPABILITY default/avx2/avx512, 1-2 threads and one-ulp input changes
 # (tests/test_portability.py). A float64 exp/log differs by ≤ 1 ulp (1.1e-16) between math libraries.
-VALUES = Tolerance(1e-6, 1e-9, "float64 cases: libm and SIMD widths differ by ≤ 1e-15 relative (a group "
-                   "of equal rewards divided by std + eps = 1e-6 amplifies that to 2e-10), so 1e-6 leaves "
-                   "≥ 5e3× room, also for correct code that rounds once in float32 (a float32 "
-                   "torch.tensor(cap): 2e-8); known bugs move a value by ≥ 1e-2 (eps inside the sqrt: 6e-7 at "
-                   "eps = 1e-6, but 10% in the eps = 0.1 cases)")
+VALUES = Tolerance(1e-6, 1e-8, "float64 cases: libm and SIMD widths differ by ≤ 1e-15 relative, and one "
+                   "ulp in a group of equal rewards, divided by std + eps = 1e-6, by 2e-10 absolute (1/45 "
+                   "of atol); rtol leaves room for correct code that rounds once in float32 (a float32 "
+                   "torch.tensor(cap): 2e-8). Known bugs move a value by ≥ 1e-2 (eps inside the sqrt: "
+                   "6e-7 at eps = 1e-6, but 10% in the eps = 0.1 cases)")
 MODEL = Tolerance(1e-5, 1e-5, "the float64 tiny OLMo2 normalizes in float32 (RMSNorm upcasts): log-probs "
-                  "moved by ≤ 7e-8 across CPU capabilities, 140× inside; the nearest known bug "
-                  "(unnormalized logits) is off by logsumexp ≈ 4")
-UPDATE = Tolerance(1e-5, 1e-5, "a train-step update through the float32 RMSNorm: measured ≤ 5e-8 "
-                   "(4e-7 of the largest entry) across CPU capabilities; atol is scaled by the update's "
-                   "largest entry, so 25× room; wrong normalizations move it by ≥ 5%")
+                  "move by ≤ 7e-8 across CPU capabilities and one-ulp weights (1/800 of the tolerance); "
+                  "the nearest known bug (unnormalized logits) is off by logsumexp ≈ 4")
+UPDATE = Tolerance(1e-5, 1e-5, "a train-step update through the float32 RMSNorm: ≤ 5e-8 (4e-7 of the "
+                   "largest entry) across CPU capabilities, 1/28 of the tolerance (atol is scaled by the "
+                   "largest entry); wrong normalizations move it by ≥ 5%")
 METADATA = Tolerance(1e-5, 1e-7, "train-step losses are sums of float32-rounded terms of opposite sign: "
                      "≤ 3.5e-9 absolute / 9e-7 relative across CPU capabilities, ≥ 11× inside; "
                      "a wrong count or normalization is off by ≥ 1%")
