@@ -15,6 +15,7 @@ by the arithmetic that produces the value, and a stored case is stale only when 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,6 +152,18 @@ def fingerprint(spec: Case) -> str:
     """
     layouts = [layout(spec.make(seed)) for seed in spec.seeds]
     return hashlib.sha256(repr((spec.name, spec.seeds, layouts)).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Trusted reference work on one thread: the worker's setting, and for tiny models several times
+    faster than two threads that spin against each other on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def tensor(got, what: str) -> torch.Tensor:

@@ -17,6 +17,7 @@ from autograder.core import (
     check,
     compare,
     field,
+    one_thread,
     tensor,
 )
 from autograder.grader import judge_cases
@@ -174,13 +175,8 @@ def bad_chunk(ctx) -> None:
 def half_precision(ctx) -> None:
     inputs = {"model": model_marker(ctx.grader.seed % 7, "bfloat16"), **_scoring_batch(ctx.grader.seed, 30)}
     model = build_model(inputs["model"]["seed"], "bfloat16", ctx.device)  # same device: same rounding
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the worker's thread count, so the bf16 logits round the same way
-    try:
-        with torch.no_grad():
-            logits = model(inputs["input_ids"].to(ctx.device)).logits.cpu()  # (B, T, V) bf16
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), torch.no_grad():  # the worker's thread count, so the bf16 logits round the same way
+        logits = model(inputs["input_ids"].to(ctx.device)).logits.cpu()  # (B, T, V) bf16
     labels = inputs["labels"].unsqueeze(-1)
     expected = (logits.float().gather(-1, labels) - torch.logsumexp(logits.float(), -1, keepdim=True)).squeeze(-1)
     half = torch.log_softmax(logits, -1).gather(-1, labels).squeeze(-1)
