@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from autograder import checks  # noqa: F401  (registers the checks)
-from autograder.core import CHECKS
-from autograder.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
-from autograder.sentinel import Sentinel
-from autograder.submission import load_submission
+from autograder.trusted import checks  # noqa: F401  (registers the checks)
+from autograder.trusted.core import CHECKS
+from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
+from autograder.trusted.sentinel import Sentinel
+from autograder.trusted.submission import load_submission
 
 
 def submission_problem(spec: str) -> str | None:

@@ -3,7 +3,7 @@
     pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto]
                       [--official] [--time-limit SECONDS] [-k NAME]
 
-The submission runs in a bubblewrap sandbox (`autograder.isolation`). Where none can start, the
+The submission runs in a bubblewrap sandbox (`autograder.trusted.isolation`). Where none can start, the
 grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
 then (exit code 4, pytest's usage error), as it does for a --submission that does not exist.
 Each check is one pytest test (`autograder/test_checks.py`); a check that loses points is a failed
@@ -38,7 +38,7 @@ def pytest_addoption(parser) -> None:
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
     from autograder.api import submission_problem
-    from autograder.isolation import sandbox_problem
+    from autograder.trusted.isolation import sandbox_problem
 
     problem = submission_problem(config.getoption("--submission"))
     if problem is None and config.getoption("--official") and sandbox_problem(ROOT):
@@ -46,7 +46,7 @@ def pytest_configure(config) -> None:
     if problem:
         results = config.getoption("--results")
         if results:
-            from autograder.results import write_results
+            from autograder.trusted.results import write_results
 
             write_results({"score": 0.0, "output": problem, "visibility": "visible",
                            "stdout_visibility": "hidden", "tests": []}, results)
@@ -59,10 +59,10 @@ class Session:
     def __init__(self, config):
         import torch
 
-        from autograder import report, results  # noqa: F401  (imported before any student code runs)
-        from autograder.grader import DEFAULT_TIME_LIMIT, Grader
-        from autograder.sentinel import Sentinel
-        from autograder.submission import load_submission
+        from autograder.trusted import report, results  # noqa: F401  (imported before any student code runs)
+        from autograder.trusted.grader import DEFAULT_TIME_LIMIT, Grader
+        from autograder.trusted.sentinel import Sentinel
+        from autograder.trusted.submission import load_submission
 
         device = config.getoption("--device")
         if device == "auto":
@@ -92,7 +92,7 @@ class Session:
         self.write()
 
     def write(self) -> None:
-        from autograder.results import ResultsError
+        from autograder.trusted.results import ResultsError
 
         if self.results_path:
             try:
@@ -121,7 +121,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    from autograder.report import check_table, escape, stage_table
+    from autograder.trusted.report import check_table, escape, stage_table
 
     grading_session = config.stash.get(_session_key, None)
     if grading_session is None:

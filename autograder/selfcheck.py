@@ -25,11 +25,11 @@ class SelfCheckSummary:
 
 
 def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None = None) -> SelfCheckSummary:
-    from autograder import checks  # noqa: F401  (registers the checks)
-    from autograder.core import CHECKS
-    from autograder.grader import Grader
-    from autograder.reference import GRADED_FUNCTIONS, STAGES
-    from autograder.report import check_table
+    from autograder.trusted import checks  # noqa: F401  (registers the checks)
+    from autograder.trusted.core import CHECKS
+    from autograder.trusted.grader import Grader
+    from autograder.trusted.reference import GRADED_FUNCTIONS, STAGES
+    from autograder.trusted.report import check_table
 
     if name in STAGES:
         functions = STAGES[name]

@@ -2,9 +2,9 @@
 
 import pytest
 
-from autograder import checks  # noqa: F401  (registers the checks)
-from autograder.core import CHECKS
-from autograder.report import escape
+from autograder.trusted import checks  # noqa: F401  (registers the checks)
+from autograder.trusted.core import CHECKS
+from autograder.trusted.report import escape
 
 
 def _param(check):

@@ -138,8 +138,8 @@ def test_every_cpu_check_is_the_target_of_a_mutant():
     """The project rule: every check catches at least one buggy implementation in tests/. The list
     is the grader's own registry. Exempt: the cuda-only check (chunked scoring's peak GPU memory),
     which cannot run on the CPU CI machine."""
-    import autograder.checks  # noqa: F401  (registers the checks)
-    from autograder.core import CHECKS
+    import autograder.trusted.checks  # noqa: F401  (registers the checks)
+    from autograder.trusted.core import CHECKS
 
     def aimed_at(check, function, words):
         return function == check.function and words in check.name
@@ -152,8 +152,8 @@ def test_every_cpu_check_is_the_target_of_a_mutant():
 
 
 def test_every_gate_is_a_value_check_of_the_same_function():
-    import autograder.checks  # noqa: F401  (registers the checks)
-    from autograder.core import CHECK_NAMED, CHECKS
+    import autograder.trusted.checks  # noqa: F401  (registers the checks)
+    from autograder.trusted.core import CHECK_NAMED, CHECKS
 
     gated = [c for c in CHECKS if c.gate]
     assert len(gated) >= 10
@@ -183,7 +183,7 @@ def _memorizing_notebook(path: Path) -> None:
 
     import torch
 
-    from autograder.grader import load_fixtures
+    from autograder.trusted.grader import load_fixtures
 
     table = {seed: {"responses": entry["inputs"]["rollout_responses"], **entry["expected"]}
              for seed, entry in load_fixtures()["grpo_train_step/rollouts"]["seeds"].items()}
@@ -262,7 +262,7 @@ def test_attack_diagnoses_name_what_happened(attack_grades):
 
 
 def _blank_notebook(path: Path) -> None:
-    from autograder.reference import GRADED_FUNCTIONS
+    from autograder.trusted.reference import GRADED_FUNCTIONS
 
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
               "source": "import torch\nfrom course.models import build_tokenizer\n"},

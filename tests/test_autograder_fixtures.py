@@ -5,9 +5,9 @@ compared with tolerances, never bit for bit, so this passes on any CPU or torch 
 import pytest
 import torch
 
-from autograder import checks  # noqa: F401  (registers the cases)
-from autograder.core import CASES, fingerprint, layout
-from autograder.grader import load_fixtures
+from autograder.trusted import checks  # noqa: F401  (registers the cases)
+from autograder.trusted.core import CASES, fingerprint, layout
+from autograder.trusted.grader import load_fixtures
 
 # Remaking inputs runs torch's RNG and exp/log: a machine may round them one ulp away.
 INPUTS = dict(rtol=1e-12, atol=1e-300)
@@ -81,7 +81,7 @@ def test_a_drifted_answer_is_detected(stored):
 
 
 def test_a_failed_comparison_prints_every_digit_and_the_dtype():
-    from autograder.core import Fail, Tolerance, compare, compare_scalar
+    from autograder.trusted.core import Fail, Tolerance, compare, compare_scalar
 
     exact = Tolerance(0.0, 0.0, "bit for bit, for this test only")
     got = torch.tensor([0.885312], dtype=torch.float32)

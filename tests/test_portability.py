@@ -37,8 +37,8 @@ def capabilities() -> list[str]:
 
 def _in_process_grader(namespace: dict | None, seed: int):
     """A grader that runs probes in this process: against `namespace`, or the reference when None."""
-    from autograder.grader import Grader
-    from autograder.reference import GRADED_FUNCTIONS, reference
+    from autograder.trusted.grader import Grader
+    from autograder.trusted.reference import GRADED_FUNCTIONS, reference
 
     grader = Grader(None, seed=seed, namespace=namespace or {})
     if namespace is None:  # the reference itself, as the worker grades `--submission course`
@@ -52,8 +52,8 @@ def _in_process_grader(namespace: dict | None, seed: int):
 def grade_in_process(namespace: dict | None = None, functions=None, seed: int = 1234,
                      perturb: bool = False) -> dict:
     """{check name: (score, max, output)} of every CPU check that runs in-process."""
-    from autograder import checks  # noqa: F401  (registers the checks)
-    from autograder.core import CHECKS
+    from autograder.trusted import checks  # noqa: F401  (registers the checks)
+    from autograder.trusted.core import CHECKS
 
     grader = _in_process_grader(namespace, seed)
     if perturb:
@@ -121,11 +121,11 @@ def _lost(graded: dict) -> dict:
 # ---- tests ---------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_one_ulp_on_every_stored_input_and_weight_changes_no_verdict(monkeypatch):
-    from autograder import objects
-    from autograder.checks import scoring
+    from autograder.protocol import markers
+    from autograder.trusted.checks import scoring
 
-    perturbed = ModelOneUlpAway(objects.build_model)
-    monkeypatch.setattr(objects, "build_model", perturbed)
+    perturbed = ModelOneUlpAway(markers.build_model)
+    monkeypatch.setattr(markers, "build_model", perturbed)
     monkeypatch.setattr(scoring, "build_model", perturbed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -142,7 +142,7 @@ def test_one_ulp_on_every_stored_input_and_weight_changes_no_verdict(monkeypatch
 
 
 def test_the_perturbation_moves_every_float_by_one_ulp_and_nothing_else():
-    from autograder.grader import load_fixtures
+    from autograder.trusted.grader import load_fixtures
 
     stored = load_fixtures()["compute_policy_gradient_loss/batch"]
     moved = one_ulp_away(stored, torch.Generator().manual_seed(0))

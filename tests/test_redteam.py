@@ -38,8 +38,8 @@ from pathlib import Path
 import pytest
 
 from autograder.api import grade
-from autograder.grader import ROOT
-from autograder.isolation import sandbox_problem
+from autograder.trusted.grader import ROOT
+from autograder.trusted.isolation import sandbox_problem
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def _leftovers() -> list[str]:
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
         except (OSError, AttributeError):
             continue
-        if uid in SANDBOX_UIDS or str(ROOT / "autograder" / "worker.py") in command:
+        if uid in SANDBOX_UIDS or str(ROOT / "autograder" / "untrusted" / "worker.py") in command:
             found.append(f"process {entry.name} (uid {uid}): {command[:120]}")
     for folder in (Path("/tmp"), Path("/dev/shm")):
         for path in folder.iterdir() if folder.is_dir() else ():

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autograder.api import grade
-from autograder.isolation import bwrap_command, sandbox_problem
+from autograder.trusted.isolation import bwrap_command, sandbox_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_sandbox = pytest.mark.skipif(sandbox_problem(ROOT) is not None,
@@ -89,8 +89,8 @@ print(repr(seen))
 def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypatch):
     """Under load the first start may time out: it is retried (and then grades normally); two
     timeouts say "the grader is overloaded", never that the student's code crashed."""
-    from autograder import sandbox
-    from autograder.sandbox import WorkerError
+    from autograder.trusted import sandbox
+    from autograder.trusted.sandbox import WorkerError
 
     real_start, starts = sandbox.Sandbox.start, []
 
@@ -142,7 +142,7 @@ def test_four_gradings_at_once_with_two_busy_processes_keep_full_marks():
 
 
 def test_logs_are_read_through_the_graders_own_descriptor_tail_only_never_blocking(tmp_path):
-    from autograder.sandbox import LOG_BYTES, read_tail
+    from autograder.trusted.sandbox import LOG_BYTES, read_tail
 
     log = tmp_path / "worker.log"
     log.write_bytes(b"a" * (3 * LOG_BYTES) + b"the end")
@@ -161,9 +161,9 @@ def test_logs_are_read_through_the_graders_own_descriptor_tail_only_never_blocki
 
 
 def test_pasted_copies_are_caught_and_independent_work_is_not():
-    from autograder.grader import _sources
-    from autograder.reference import COURSE_DIR, GRADED_FUNCTIONS, copied_references
-    from autograder.submission import load_submission
+    from autograder.trusted.grader import _sources
+    from autograder.trusted.reference import COURSE_DIR, GRADED_FUNCTIONS, copied_references
+    from autograder.trusted.submission import load_submission
 
     whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
     assert copied_references(whole_reference) == set(GRADED_FUNCTIONS)
@@ -178,7 +178,7 @@ def test_no_grader_module_is_imported_after_student_code_has_run():
     """Everything the trusted side uses is imported before the first worker starts."""
     script = """
 import sys
-from autograder import grader
+from autograder.trusted import grader
 from autograder.api import grade
 
 start, seen = grader.Grader._ensure_started, {}

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from autograder import wire
+from autograder.protocol import wire
 
 
 def _frame(header, tail: bytes = b"") -> bytes:

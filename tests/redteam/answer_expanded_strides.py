@@ -7,7 +7,7 @@ import io
 
 import torch
 
-from autograder import wire  # the worker's own encoder: code in the worker may replace it
+from autograder.protocol import wire  # the worker's own encoder: code in the worker may replace it
 
 
 def _saved_expanded_view(message) -> bytes:

@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from autograder import wire  # the worker's own encoder: code in the worker may replace it
+from autograder.protocol import wire  # the worker's own encoder: code in the worker may replace it
 
 HEADER = json.dumps({"d": {"status": "ok", "output": {"T": ["Agreeable", [2]]},
                            "equal": {"__eq__": True}}}).encode()

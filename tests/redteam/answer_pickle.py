@@ -6,7 +6,7 @@ import os
 import pickle
 from pathlib import Path
 
-from autograder import wire  # the worker's own encoder: code in the worker may replace it
+from autograder.protocol import wire  # the worker's own encoder: code in the worker may replace it
 
 MARK = Path(__file__).resolve().parent / "PWNED_BY_ANSWER_PICKLE"
 

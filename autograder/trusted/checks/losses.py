@@ -6,10 +6,20 @@ import math
 
 import torch
 
-from autograder.checks.common import generator, ragged_mask, run_reference
-from autograder.core import Fail, Mistake, case, check, compare, compare_scalar, field, item, tensor
-from autograder.grader import judge_cases
-from autograder.objects import config_marker
+from autograder.protocol.markers import config_marker
+from autograder.trusted.checks.common import generator, ragged_mask, run_reference
+from autograder.trusted.core import (
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare,
+    compare_scalar,
+    field,
+    item,
+    tensor,
+)
+from autograder.trusted.grader import judge_cases
 
 PG = "compute_policy_gradient_loss"
 GRPO = "compute_grpo_loss"

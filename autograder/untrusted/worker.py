@@ -1,6 +1,6 @@
 """The worker: a template process in the sandbox that forks one child per stage to grade it.
 
-`autograder.sandbox.Sandbox` starts `python -I -B worker.py CONTROL_FD ROOT` inside bubblewrap
+`autograder.trusted.sandbox.Sandbox` starts `python -I -B worker.py CONTROL_FD ROOT` inside bubblewrap
 (or, for a practice grade, as a plain subprocess). The template imports torch and transformers
 once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to the grader) for orders:
 "fork" (with the child's request pipe, answer pipe and log file passed as descriptors) and "reap"
@@ -8,9 +8,9 @@ once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to the grader
 
 Each child drops to its own user id (no capabilities, no new privileges, at most NPROC processes),
 installs the `course` modules the grader sent it (the stage under test, and later stages, as stubs:
-see `autograder.reference.course_sources`), loads the submission, and answers probe requests:
+see `autograder.trusted.reference.course_sources`), loads the submission, and answers probe requests:
 requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
-plain data in the format of `autograder.wire`, which the parent checks before it builds anything.
+plain data in the format of `autograder.protocol.wire`, which the parent checks before it builds anything.
 Whatever the student's code prints goes to a log file, never to the grader's terminal.
 """
 
@@ -37,7 +37,7 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 def _receive():
     """The next request (a pickle from the trusted parent), or None when the parent closed stdin."""
-    from autograder import wire  # first imported here, before the submission is loaded
+    from autograder.protocol import wire  # first imported here, before the submission is loaded
 
     try:
         return pickle.loads(wire.read_frame(0, None, cap=2**40))
@@ -46,8 +46,8 @@ def _receive():
 
 
 def _send(fd: int, message: dict) -> None:
-    """Answer in the wire format the parent decodes (`autograder.wire`), never a pickle."""
-    from autograder import wire
+    """Answer in the wire format the parent decodes (`autograder.protocol.wire`), never a pickle."""
+    from autograder.protocol import wire
 
     wire.write_frame(fd, wire.encode(message))
 
@@ -107,8 +107,8 @@ def install_course(sources: dict, extra_globals: dict | None = None) -> None:
 
 
 def load(config: dict):
-    from autograder.probes import SubmissionState
-    from autograder.reference import GRADED_FUNCTIONS, HOME_MODULES
+    from autograder.trusted.reference import GRADED_FUNCTIONS, HOME_MODULES
+    from autograder.untrusted.probes import SubmissionState
 
     submission, errors, counter = config["submission"], [], Counter()
     stage = config.get("stage")
@@ -167,7 +167,7 @@ def load(config: dict):
 
 def serve(answer_fd: int) -> None:
     """A child's life: read its configuration, load the submission, answer probes until EOF."""
-    from autograder.probes import handle, to_plain
+    from autograder.untrusted.probes import handle, to_plain
 
     config = _receive()
     state, errors = load(config)
@@ -264,10 +264,11 @@ def template(control_fd: int, root: str) -> None:
     import torch
     import transformers  # noqa: F401  (loaded once here, shared by every child)
 
-    from autograder import objects, probes, wire  # noqa: F401
+    from autograder.protocol import markers
+    from autograder.untrusted import probes  # noqa: F401
     torch.set_num_threads(1)
     install_course(setup["course"])  # course.models only: no graded function lives there
-    objects.build_tokenizer()
+    markers.build_tokenizer()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     control = socket.socket(fileno=control_fd)
     control.send(json.dumps({"ready": True}).encode())

@@ -12,8 +12,9 @@ import math
 
 import torch
 
-from autograder.checks.common import rng
-from autograder.core import (
+from autograder.protocol.markers import TOKENIZER, build_tokenizer, model_marker, resolve, reward_fn
+from autograder.trusted.checks.common import rng
+from autograder.trusted.core import (
     METADATA,
     UPDATE,
     Fail,
@@ -26,9 +27,8 @@ from autograder.core import (
     item,
     tensor,
 )
-from autograder.grader import judge_cases
-from autograder.objects import TOKENIZER, build_tokenizer, model_marker, resolve, reward_fn
-from autograder.reference import reference
+from autograder.trusted.grader import judge_cases
+from autograder.trusted.reference import reference
 
 FN = "grpo_train_step"
 MODEL = model_marker(0, "float64")
@@ -186,7 +186,7 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str) -> list:
 
 def _delta(run: dict, what: str) -> torch.Tensor:
     if run.get("status") != "ok":
-        from autograder.grader import describe_error
+        from autograder.trusted.grader import describe_error
         raise Fail(f"{what}: {describe_error(FN, run)}")
     return tensor(run.get("delta"), "the parameter update")
 

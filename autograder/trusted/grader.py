@@ -18,16 +18,16 @@ from pathlib import Path
 
 import torch
 
-from autograder import core
-from autograder.core import CASES, Fail
-from autograder.isolation import sandbox_problem
-from autograder.reference import STAGE_OF, copied_references, course_sources
-from autograder.results import write_results
-from autograder.sandbox import Sandbox, Worker, WorkerError
-from autograder.submission import Submission
+from autograder.trusted import core
+from autograder.trusted.core import CASES, Fail
+from autograder.trusted.isolation import sandbox_problem
+from autograder.trusted.reference import STAGE_OF, copied_references, course_sources
+from autograder.trusted.results import write_results
+from autograder.trusted.sandbox import Sandbox, Worker, WorkerError
+from autograder.trusted.submission import Submission
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).with_name("fixtures") / "expected.pt"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
 
 STATUS_MESSAGES = {
     "missing": "{fn} is not defined in the submission",
@@ -60,8 +60,8 @@ class InProcessRunner:
     def __init__(self, namespace: dict, device: str):
         from collections import Counter
 
-        from autograder.probes import SubmissionState
-        from autograder.reference import GRADED_FUNCTIONS, counting_calls, is_reference
+        from autograder.trusted.reference import GRADED_FUNCTIONS, counting_calls, is_reference
+        from autograder.untrusted.probes import SubmissionState
 
         counter = Counter()
         functions, statuses = {}, {}
@@ -79,7 +79,7 @@ class InProcessRunner:
         return self.ready
 
     def request(self, message: dict, timeout: float) -> dict:
-        from autograder.probes import handle, to_plain
+        from autograder.untrusted.probes import handle, to_plain
         return to_plain(handle(self.state, message))
 
     def close(self) -> None:
@@ -114,9 +114,9 @@ def _sources(submission: Submission) -> list[str]:
 def _import_trusted() -> None:
     """Import all the trusted side uses (checks, references, the model's modules) before any
     student code runs: nothing of the grader's is read from disk after that."""
-    from autograder import checks, report, results  # noqa: F401
-    from autograder.objects import build_model
-    from autograder.reference import GRADED_FUNCTIONS, reference
+    from autograder.protocol.markers import build_model
+    from autograder.trusted import checks, report, results  # noqa: F401
+    from autograder.trusted.reference import GRADED_FUNCTIONS, reference
 
     for name in GRADED_FUNCTIONS:
         reference(name)
@@ -309,7 +309,7 @@ class Grader:
         return sum(r["score"] for r in graded), sum(r["max_score"] for r in graded)
 
     def write_results(self, path: str | Path) -> None:
-        """Gradescope's results.json, escaped and written safely (`autograder.results`)."""
+        """Gradescope's results.json, escaped and written safely (`autograder.trusted.results`)."""
         score, _ = self.totals()
         notes = [self.isolation_note, f"fresh-input seed {self.seed}"] + self.load_errors[:10]
         if len(self.load_errors) > 10:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from autograder.checks.common import rng, run_reference
-from autograder.core import Fail, Mistake, case, check, compare, field, tensor
-from autograder.grader import judge_cases
-from autograder.objects import TOKENIZER, build_tokenizer
+from autograder.protocol.markers import TOKENIZER, build_tokenizer
+from autograder.trusted.checks.common import rng, run_reference
+from autograder.trusted.core import Fail, Mistake, case, check, compare, field, tensor
+from autograder.trusted.grader import judge_cases
 
 FN = "tokenize_prompt_and_output"
 KEYS = ("input_ids", "labels", "response_mask")

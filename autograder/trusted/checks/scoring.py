@@ -6,8 +6,9 @@ import math
 
 import torch
 
-from autograder.checks.common import generator, rng, run_reference
-from autograder.core import (
+from autograder.protocol.markers import build_model, build_tokenizer, model_marker
+from autograder.trusted.checks.common import generator, rng, run_reference
+from autograder.trusted.core import (
     BFLOAT16,
     LARGE_LOGITS,
     MODEL,
@@ -20,8 +21,7 @@ from autograder.core import (
     one_thread,
     tensor,
 )
-from autograder.grader import judge_cases
-from autograder.objects import build_model, build_tokenizer, model_marker
+from autograder.trusted.grader import judge_cases
 
 ENTROPY = "compute_entropy"
 LOG_PROBS = "get_response_log_probs"

@@ -104,7 +104,7 @@ def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:
 
 # ---- encoding (the worker's side) --------------------------------------------------------------
 def encode(value) -> bytes:
-    """Plain data (see `autograder.probes.to_plain`) -> answer bytes. Other types become a marker;
+    """Plain data (see `autograder.untrusted.probes.to_plain`) -> answer bytes. Other types become a marker;
     a string longer than the grader accepts is cut (an honest but verbose error message)."""
     blobs = []
 

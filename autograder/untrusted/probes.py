@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograder.objects import REWARD_FN, TOKENIZER, resolve
+from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
 
 MAX_DEPTH = 6
 

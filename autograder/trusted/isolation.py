@@ -8,7 +8,7 @@ no network (a new network namespace with only loopback), no view of the grader's
 command line (a new PID namespace, its own /proc), a new session (no terminal to push keys into),
 and it dies with the grader, all its descendants included (--die-with-parent, and the PID
 namespace ends with its first process). Inside, each stage's child runs under its own user id with
-no capabilities (see `autograder.worker`), so nothing it writes can outlive the grading.
+no capabilities (see `autograder.untrusted.worker`), so nothing it writes can outlive the grading.
 
 Where bubblewrap cannot start (macOS, no `bwrap`, a container without namespaces), the grader runs
 the worker as a plain subprocess and marks the grade PRACTICE; an `--official` run refuses.

@@ -6,9 +6,9 @@ import random
 
 import torch
 
-from autograder.core import one_thread
-from autograder.objects import resolve
-from autograder.reference import reference
+from autograder.protocol.markers import resolve
+from autograder.trusted.core import one_thread
+from autograder.trusted.reference import reference
 
 
 def generator(seed: int) -> torch.Generator:

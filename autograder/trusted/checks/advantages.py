@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import torch
 
-from autograder.checks.common import generator, rng, run_reference
-from autograder.core import Fail, Mistake, case, check, compare, compare_scalar, field, item, tensor
-from autograder.grader import judge_cases
-from autograder.objects import REWARD_FN, reward_fn
+from autograder.protocol.markers import REWARD_FN, reward_fn
+from autograder.trusted.checks.common import generator, rng, run_reference
+from autograder.trusted.core import (
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare,
+    compare_scalar,
+    field,
+    item,
+    tensor,
+)
+from autograder.trusted.grader import judge_cases
 
 REWARDS = "compute_rollout_rewards"
 ADVANTAGES = "compute_group_normalized_rewards"

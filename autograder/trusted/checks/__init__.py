@@ -1,6 +1,6 @@
 """The checks, one module per stage, registered in SPEC §3 order on import."""
 
-from autograder.checks import (  # noqa: F401  (imported for their registrations)
+from autograder.trusted.checks import (  # noqa: F401  (imported for their registrations)
     advantages,
     aggregation,
     losses,

@@ -8,7 +8,7 @@ and then used only through its descriptor), and renamed into place. A rename rep
 planted at results.json instead of following it, and in a sticky folder (/tmp) a link owned by
 someone else makes it fail rather than write anywhere.
 
-Every string in the document is escaped (`autograder.report.escape`): the file is shown to
+Every string in the document is escaped (`autograder.trusted.report.escape`): the file is shown to
 students and graders, and a string from the submission must not carry terminal control codes.
 """
 
@@ -22,7 +22,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from autograder.report import escape
+from autograder.trusted.report import escape
 
 MAX_TEXT = 20_000  # characters of one string in results.json (a check's output, a note)
 

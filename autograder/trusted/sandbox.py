@@ -1,9 +1,9 @@
 """The parent's side of the worker: the sandbox, one child per stage, requests and answers.
 
-`Sandbox` starts the template worker (`autograder/worker.py`) inside bubblewrap (see
-`autograder.isolation`), or, for a practice grade where no sandbox can start, as a plain
+`Sandbox` starts the template worker (`autograder/untrusted/worker.py`) inside bubblewrap (see
+`autograder.trusted.isolation`), or, for a practice grade where no sandbox can start, as a plain
 subprocess. `Worker` is one stage's child, forked by the template: the grader sends it requests
-and reads its answers through pipes it made itself, decoded by `autograder.wire` (size-capped,
+and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
 checked before anything is built), with a wall-clock deadline per request. A child that dies or
 hangs is reaped (it and every process of its user id) and replaced for the next request; how it
 ended is told in the student's words: timed out, killed for memory, exited, killed by a signal.
@@ -28,9 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import isolation, wire
+from autograder.protocol import wire
+from autograder.trusted import isolation
 
-WORKER_SCRIPT = Path(__file__).with_name("worker.py")
+WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
@@ -93,7 +94,7 @@ class Sandbox:
             start_new_session=True, preexec_fn=lambda: _limit_template(self.memory_bytes))
         theirs.close()
         self.control = ours
-        from autograder.reference import course_sources
+        from autograder.trusted.reference import course_sources
 
         setup = {"course": {name: source if name == "course.models" else ""
                             for name, source in course_sources(None).items()
@@ -232,7 +233,7 @@ class Worker:
             pass  # the read below reports the crash
 
     def _read(self, timeout: float, doing: str) -> dict:
-        """One answer, decoded by `autograder.wire` (size-capped, under a time limit)."""
+        """One answer, decoded by `autograder.protocol.wire` (size-capped, under a time limit)."""
         try:
             return wire.decode(wire.read_frame(self.read_fd, time.monotonic() + timeout))
         except wire.Timeout:

@@ -118,7 +118,7 @@ def is_reference(function, name: str) -> bool:
 # exist in the process that grades it: a wrapper, `__wrapped__`, `importlib.reload`, or `exec` of
 # `inspect.getsource` all find the stub. Earlier stages' references stay whole (a student's train
 # step may use the reference tokenizer). A pasted copy is caught on this side, from the source.
-COURSE_DIR = Path(__file__).resolve().parent.parent / "course"
+COURSE_DIR = Path(__file__).resolve().parents[2] / "course"
 STAGE_NUMBER = {stage: number for number, stage in enumerate(STAGES, start=1)}
 MODULE_STAGE = {module: STAGE_NUMBER[STAGE_OF[name]] for name, module in HOME_MODULES.items()}
 STUB = ("def {name}(*args, **kwargs):\n"
