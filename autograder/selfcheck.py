@@ -28,8 +28,8 @@ def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None
     from autograder.trusted import checks  # noqa: F401  (registers the checks)
     from autograder.trusted.core import CHECKS
     from autograder.trusted.grader import Grader
-    from autograder.trusted.reference import GRADED_FUNCTIONS, STAGES
     from autograder.trusted.report import check_table
+    from course.registry import GRADED_FUNCTIONS, STAGES
 
     if name in STAGES:
         functions = STAGES[name]

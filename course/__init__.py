@@ -3,7 +3,7 @@
 Pipeline order (one module per concept):
   tokenization → scoring → advantages → losses → aggregation → train_step
 and the support modules models (tiny OLMo2 + tokenizer), metrics, tasks, rollout, train, plotting.
-Every graded function of SPEC §3 is importable from here: `from course import grpo_train_step`.
+Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
 """
 
 from course.advantages import compute_group_normalized_rewards, compute_rollout_rewards
@@ -20,25 +20,10 @@ from course.losses import (
     truncated_importance_weights,
 )
 from course.metrics import LossStatistics, compare_logprobs
+from course.registry import GRADED_FUNCTIONS, STAGES  # what is graded, by stage, in order
 from course.scoring import compute_entropy, get_response_log_probs
 from course.tokenization import tokenize_prompt_and_output
 from course.train_step import grpo_train_step
-
-# The stages a learner builds, in order, and the graded functions of each (SPEC §3).
-STAGES: dict[str, tuple[str, ...]] = {
-    "1_tokenization": ("tokenize_prompt_and_output",),
-    "2_scoring": ("compute_entropy", "get_response_log_probs"),
-    "3_advantages": ("compute_rollout_rewards", "compute_group_normalized_rewards"),
-    "4_losses": (
-        "compute_policy_gradient_loss",
-        "compute_grpo_loss",
-        "estimate_kl",
-        "truncated_importance_weights",
-    ),
-    "5_aggregation": ("aggregate_loss_across_microbatch",),
-    "6_train_step": ("grpo_train_step",),
-}
-GRADED_FUNCTIONS: tuple[str, ...] = tuple(name for names in STAGES.values() for name in names)
 
 __all__ = [
     "tokenize_prompt_and_output",

@@ -262,7 +262,7 @@ def test_attack_diagnoses_name_what_happened(attack_grades):
 
 
 def _blank_notebook(path: Path) -> None:
-    from autograder.trusted.reference import GRADED_FUNCTIONS
+    from course.registry import GRADED_FUNCTIONS
 
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
               "source": "import torch\nfrom course.models import build_tokenizer\n"},

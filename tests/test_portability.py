@@ -38,7 +38,8 @@ def capabilities() -> list[str]:
 def _in_process_grader(namespace: dict | None, seed: int):
     """A grader that runs probes in this process: against `namespace`, or the reference when None."""
     from autograder.trusted.grader import Grader
-    from autograder.trusted.reference import GRADED_FUNCTIONS, reference
+    from autograder.trusted.reference import reference
+    from course.registry import GRADED_FUNCTIONS
 
     grader = Grader(None, seed=seed, namespace=namespace or {})
     if namespace is None:  # the reference itself, as the worker grades `--submission course`

@@ -162,8 +162,9 @@ def test_logs_are_read_through_the_graders_own_descriptor_tail_only_never_blocki
 
 def test_pasted_copies_are_caught_and_independent_work_is_not():
     from autograder.trusted.grader import _sources
-    from autograder.trusted.reference import COURSE_DIR, GRADED_FUNCTIONS, copied_references
+    from autograder.trusted.reference import COURSE_DIR, copied_references
     from autograder.trusted.submission import load_submission
+    from course.registry import GRADED_FUNCTIONS
 
     whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
     assert copied_references(whole_reference) == set(GRADED_FUNCTIONS)

@@ -21,10 +21,11 @@ import torch
 from autograder.trusted import core
 from autograder.trusted.core import CASES, Fail
 from autograder.trusted.isolation import sandbox_problem
-from autograder.trusted.reference import STAGE_OF, copied_references, course_sources
+from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import write_results
 from autograder.trusted.sandbox import Sandbox, Worker, WorkerError
 from autograder.trusted.submission import Submission
+from course.registry import STAGE_OF
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
@@ -60,8 +61,9 @@ class InProcessRunner:
     def __init__(self, namespace: dict, device: str):
         from collections import Counter
 
-        from autograder.trusted.reference import GRADED_FUNCTIONS, counting_calls, is_reference
+        from autograder.trusted.reference import counting_calls, is_reference
         from autograder.untrusted.probes import SubmissionState
+        from course.registry import GRADED_FUNCTIONS
 
         counter = Counter()
         functions, statuses = {}, {}
@@ -116,7 +118,8 @@ def _import_trusted() -> None:
     student code runs: nothing of the grader's is read from disk after that."""
     from autograder.protocol.markers import build_model
     from autograder.trusted import checks, report, results  # noqa: F401
-    from autograder.trusted.reference import GRADED_FUNCTIONS, reference
+    from autograder.trusted.reference import reference
+    from course.registry import GRADED_FUNCTIONS
 
     for name in GRADED_FUNCTIONS:
         reference(name)

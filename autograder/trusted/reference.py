@@ -16,31 +16,7 @@ import pkgutil
 from collections import Counter
 from pathlib import Path
 
-GRADED_FUNCTIONS = (
-    "tokenize_prompt_and_output", "compute_entropy", "get_response_log_probs",
-    "compute_rollout_rewards", "compute_group_normalized_rewards",
-    "compute_policy_gradient_loss", "compute_grpo_loss", "estimate_kl",
-    "truncated_importance_weights", "aggregate_loss_across_microbatch", "grpo_train_step",
-)
-STAGES = {
-    "1_tokenization": ("tokenize_prompt_and_output",),
-    "2_scoring": ("compute_entropy", "get_response_log_probs"),
-    "3_advantages": ("compute_rollout_rewards", "compute_group_normalized_rewards"),
-    "4_losses": ("compute_policy_gradient_loss", "compute_grpo_loss", "estimate_kl",
-                 "truncated_importance_weights"),
-    "5_aggregation": ("aggregate_loss_across_microbatch",),
-    "6_train_step": ("grpo_train_step",),
-}
-STAGE_OF = {name: stage for stage, names in STAGES.items() for name in names}
-# Where each graded function lives inside `course` (used before `course` re-exports them all).
-HOME_MODULES = {
-    "tokenize_prompt_and_output": "course.tokenization", "compute_entropy": "course.scoring",
-    "get_response_log_probs": "course.scoring", "compute_rollout_rewards": "course.advantages",
-    "compute_group_normalized_rewards": "course.advantages",
-    "compute_policy_gradient_loss": "course.losses", "compute_grpo_loss": "course.losses",
-    "estimate_kl": "course.losses", "truncated_importance_weights": "course.losses",
-    "aggregate_loss_across_microbatch": "course.aggregation", "grpo_train_step": "course.train_step",
-}
+from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_OF, STAGES
 
 
 def reference(name: str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-from autograder.trusted.reference import STAGES
+from course.registry import STAGES
 
 MAX_LINE = 2_000  # characters of one output line in the table (the rest is cut, and says so)
 

@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.trusted.reference import GRADED_FUNCTIONS
+from course.registry import GRADED_FUNCTIONS
 
 KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Bounds on the work a submission can make the grader do before anything runs. The course's

@@ -107,8 +107,8 @@ def install_course(sources: dict, extra_globals: dict | None = None) -> None:
 
 
 def load(config: dict):
-    from autograder.trusted.reference import GRADED_FUNCTIONS, HOME_MODULES
     from autograder.untrusted.probes import SubmissionState
+    from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # served by install_course
 
     submission, errors, counter = config["submission"], [], Counter()
     stage = config.get("stage")

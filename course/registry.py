@@ -1,0 +1,47 @@
+"""What is graded: the one registry that `course`, the autograder, the notebooks and the release read.
+
+Each stage is one notebook and one `course` module; each graded function belongs to one stage and
+is worth the sum of its autograder checks' points (tests/test_registry.py holds the two equal, so a
+check added without its points here fails a test, and nbgrader cells can use the same scale).
+The order of `REGISTRY` is the order a learner builds them in: a later stage may call the reference
+of an earlier one, never its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stage:
+    key: str  # "2_scoring": a results.json stage, a self-check id
+    title: str
+    notebook: str  # its file in solutions/ and notebooks/
+    module: str  # where its graded functions live in `course`
+    functions: dict[str, int]  # graded function -> points, in the notebook's order
+
+
+REGISTRY: tuple[Stage, ...] = (
+    Stage("1_tokenization", "Tokenization", "01_tokenization.ipynb", "course.tokenization",
+          {"tokenize_prompt_and_output": 6}),
+    Stage("2_scoring", "Log-probabilities and entropy", "02_log_probs.ipynb", "course.scoring",
+          {"compute_entropy": 4, "get_response_log_probs": 7}),
+    Stage("3_advantages", "Rewards and group-normalized advantages",
+          "03_rewards_and_advantages.ipynb", "course.advantages",
+          {"compute_rollout_rewards": 3, "compute_group_normalized_rewards": 7}),
+    Stage("4_losses", "Policy-gradient losses", "04_policy_gradient_losses.ipynb", "course.losses",
+          {"compute_policy_gradient_loss": 10, "estimate_kl": 3, "compute_grpo_loss": 5,
+           "truncated_importance_weights": 3}),
+    Stage("5_aggregation", "Loss normalization", "05_loss_normalization.ipynb",
+          "course.aggregation", {"aggregate_loss_across_microbatch": 6}),
+    Stage("6_train_step", "The GRPO train step", "06_train_step.ipynb", "course.train_step",
+          {"grpo_train_step": 12}),
+)
+
+# The same table, looked up the ways its readers need.
+STAGE_NAMED: dict[str, Stage] = {stage.key: stage for stage in REGISTRY}
+STAGES: dict[str, tuple[str, ...]] = {s.key: tuple(s.functions) for s in REGISTRY}  # in order
+GRADED_FUNCTIONS: tuple[str, ...] = tuple(name for s in REGISTRY for name in s.functions)
+STAGE_OF: dict[str, str] = {name: s.key for s in REGISTRY for name in s.functions}
+HOME_MODULES: dict[str, str] = {name: s.module for s in REGISTRY for name in s.functions}
+POINTS: dict[str, int] = {name: points for s in REGISTRY for name, points in s.functions.items()}

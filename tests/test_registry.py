@@ -1,0 +1,49 @@
+"""course.registry is the one list of what is graded: the checks, `course` and the notebooks agree."""
+
+import importlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import course
+from autograder.trusted import checks  # noqa: F401  (registers the checks)
+from autograder.trusted.core import CHECKS
+from course.registry import GRADED_FUNCTIONS, POINTS, REGISTRY, STAGE_OF, STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_points_are_the_sum_of_each_functions_check_points():
+    checked = Counter()
+    for check in CHECKS:
+        checked[check.function] += check.points
+    assert dict(checked) == POINTS
+
+
+def test_every_check_belongs_to_a_registered_function_and_stage():
+    assert {check.function for check in CHECKS} == set(GRADED_FUNCTIONS)
+    assert all(check.stage == STAGE_OF[check.function] for check in CHECKS)
+
+
+def test_course_exports_the_registry_and_each_function_lives_in_its_stage_module():
+    assert course.GRADED_FUNCTIONS == GRADED_FUNCTIONS and course.STAGES == STAGES
+    for stage in REGISTRY:
+        module = importlib.import_module(stage.module)
+        for name in stage.functions:
+            assert getattr(module, name).__module__ == stage.module, name
+            assert getattr(course, name) is getattr(module, name), name
+
+
+def _self_checked(notebook: Path) -> list[str]:
+    """The names passed to `self_check("...")` in the notebook's code cells, in order."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+    return re.findall(r'self_check\(\s*"([^"]+)"', "\n".join(sources))
+
+
+def test_each_notebook_self_checks_exactly_its_stages_functions():
+    for folder in ("solutions", "notebooks"):
+        for stage in REGISTRY:
+            checked = _self_checked(ROOT / folder / stage.notebook)
+            assert checked == list(stage.functions), (folder, stage.notebook, checked)
