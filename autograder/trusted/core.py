@@ -40,6 +40,7 @@ class Check:
     run: Callable
     needs_cuda: bool = False
     paid_with: str | None = None  # title of the check of the same function this one is paid with
+    needs_processes: bool = False  # forks processes: only in the sandbox, never in a notebook
 
     @property
     def name(self) -> str:
@@ -113,10 +114,10 @@ CASES: dict[str, Case] = {}
 
 
 def check(function: str, title: str, points: float = 1, needs_cuda: bool = False,
-          paid_with: str | None = None):
+          paid_with: str | None = None, needs_processes: bool = False):
     """Register a check; `paid_with` names (by title) the value check this one is paid with."""
     def register(run):
-        registered = Check(function, title, points, run, needs_cuda, paid_with)
+        registered = Check(function, title, points, run, needs_cuda, paid_with, needs_processes)
         CHECKS.append(registered)
         CHECK_NAMED[registered.name] = registered
         return run

@@ -1,7 +1,7 @@
 """The grader: runs checks against a submission and keeps the score.
 
-`Grader` owns one worker (or, for notebook self-checks, an in-process runner), the stored expected
-values, and the results. Checks see it through `Context`, which turns every way a probe can go
+`Grader` owns the sandboxed worker and a client per stage (or, for notebook self-checks, the
+in-process runner of `autograder.selfcheck`), the stored expected values, and the results. Checks see it through `Context`, which turns every way a probe can go
 wrong — missing function, exception, delegation, hang, crash — into a `Fail` with a clear message,
 so one broken function costs only its own checks.
 """
@@ -23,7 +23,7 @@ from autograder.trusted.core import CASES, Fail
 from autograder.trusted.isolation import sandbox_problem
 from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import write_results
-from autograder.trusted.sandbox import Sandbox, Worker, WorkerError
+from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
 from autograder.trusted.submission import Submission
 from course.registry import STAGE_OF
 
@@ -53,39 +53,6 @@ def load_fixtures(path: Path = FIXTURES) -> dict:
     if not path.exists():
         return {}
     return torch.load(path, weights_only=True)
-
-
-class InProcessRunner:
-    """Runs probes in this process against a namespace (notebook self-checks only: not isolated)."""
-
-    def __init__(self, namespace: dict, device: str):
-        from collections import Counter
-
-        from autograder.trusted.reference import counting_calls, is_reference
-        from autograder.untrusted.probes import SubmissionState
-        from course.registry import GRADED_FUNCTIONS
-
-        counter = Counter()
-        functions, statuses = {}, {}
-        for name in GRADED_FUNCTIONS:
-            function = namespace.get(name)
-            functions[name] = function
-            statuses[name] = ("missing" if function is None else "not_callable"
-                              if not callable(function) else "delegated"
-                              if is_reference(function, name) else "ok")
-        self.state = SubmissionState(functions, statuses, device, counter,
-                                     patch=lambda: counting_calls(counter, [namespace]))
-        self.ready = {"status": "ready", "statuses": statuses, "errors": []}
-
-    def start(self) -> dict:
-        return self.ready
-
-    def request(self, message: dict, timeout: float) -> dict:
-        from autograder.untrusted.probes import handle, to_plain
-        return to_plain(handle(self.state, message))
-
-    def close(self) -> None:
-        pass
 
 
 def _visible_paths(submission: Submission) -> list[str]:
@@ -147,11 +114,13 @@ class Grader:
         self.time_limit = time_limit
         self.start_time = time.monotonic()
         self.in_process = namespace is not None
-        self.workers: dict[str, Worker] = {}
+        self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
         self.stage_failures: dict[str, str] = {}
         self.copied: set[str] = set()
         self.practice: str | None = None  # why this grade is only a practice grade
         if self.in_process:
+            from autograder.selfcheck import InProcessRunner
+
             self.runner = InProcessRunner(namespace, device)
         else:
             _import_trusted()
@@ -206,19 +175,20 @@ class Grader:
                                      f"{type(exc).__name__}: {exc}")
             return
 
-    def _worker(self, stage: str) -> Worker:
+    def _stage_client(self, stage: str) -> StageClient:
         """The stage's child, started (with one retry for a timeout or a stopped sandbox)."""
-        if stage in self.workers:
-            return self.workers[stage]
+        if stage in self.stages:
+            return self.stages[stage]
         config = {"submission": self.submission.to_request(), "device": self.device,
                   "stage": stage, "paths": _visible_paths(self.submission),
+                  "grading_reference": self.submission.is_reference,
                   "course": course_sources(None if self.submission.is_reference else stage)}
-        worker = Worker(self.runner, stage, config, START_TIMEOUT,
+        client = StageClient(self.runner, stage, config, START_TIMEOUT,
                         self.memory_mb if self.device == "cpu" else None)
         for attempt in (1, 2):
-            worker.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
+            client.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
             try:
-                ready = worker.start()
+                ready = client.start()
                 break
             except WorkerError as exc:
                 if exc.kind == "crash" and self.runner.process is None and attempt == 1:
@@ -228,15 +198,15 @@ class Grader:
                         continue
                 if exc.kind in ("timeout", "overloaded") and attempt == 1:
                     continue
-                worker.close()
+                client.close()
                 why = ("loading it timed out twice: the grader may be overloaded, or the "
                        "submission's top-level code does not finish" if exc.kind == "timeout"
                        else str(exc))
                 self.stage_failures[stage] = f"the submission could not be loaded: {why}"
                 raise Fail(self.stage_failures[stage]) from None
         self.load_errors.extend(e for e in ready.get("errors", []) if e not in self.load_errors)
-        self.workers[stage] = worker
-        return worker
+        self.stages[stage] = client
+        return client
 
     def request(self, message: dict, timeout: float | None = None) -> dict:
         self._ensure_started()
@@ -254,7 +224,7 @@ class Grader:
         stage = STAGE_OF[function]
         if stage in self.stage_failures:
             raise Fail(self.stage_failures[stage])
-        runner = self.runner if self.in_process else self._worker(stage)
+        runner = self.runner if self.in_process else self._stage_client(stage)
         try:
             response = runner.request(message, min(timeout or self.probe_timeout, remaining))
         except WorkerError as exc:
@@ -327,8 +297,8 @@ class Grader:
         write_results(document, path)
 
     def close(self) -> None:
-        for worker in self.workers.values():
-            worker.close()
+        for client in self.stages.values():
+            client.close()
         self.runner.close()
 
 

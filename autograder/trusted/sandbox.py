@@ -1,8 +1,9 @@
-"""The parent's side of the worker: the sandbox, one child per stage, requests and answers.
+"""The grader's side of the worker: the sandbox, one child per stage, requests and answers.
 
-`Sandbox` starts the template worker (`autograder/untrusted/worker.py`) inside bubblewrap (see
-`autograder.trusted.isolation`), or, for a practice grade where no sandbox can start, as a plain
-subprocess. `Worker` is one stage's child, forked by the template: the grader sends it requests
+`Sandbox` starts the worker (`autograder/untrusted/worker.py`, a template process) inside
+bubblewrap (see `autograder.trusted.isolation`), or, for a practice grade where no sandbox can
+start, as a plain subprocess. `StageClient` is the grader's end of one stage's child, forked by the
+template (`StageProcess`: its pid, and how it ended): the grader sends it requests
 and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
 checked before anything is built), with a wall-clock deadline per request. A child that dies or
 hangs is reaped (it and every process of its user id) and replaced for the next request; how it
@@ -160,8 +161,9 @@ class Sandbox:
             shutil.rmtree(self.private, ignore_errors=True)
 
 
-class Child:
-    """A stage's child process, as the grader sees it: its request pipe and how it ended."""
+class StageProcess:
+    """A stage's child process inside the sandbox, as the grader sees it: its request pipe and
+    how it ended."""
 
     def __init__(self, sandbox: Sandbox, pid: int, uid: int, stdin):
         self.sandbox, self.pid, self.uid, self.stdin = sandbox, pid, uid, stdin
@@ -176,24 +178,23 @@ class Child:
         return None if self.status is None else self.wait()
 
 
-class Worker:
-    """One stage's child: loads the submission with the stage's references stubbed."""
+class StageClient:
+    """The grader's end of one stage's child (which loads the submission with the stage's
+    references stubbed): a fresh child after a crash, requests out, answers in."""
 
     def __init__(self, sandbox: Sandbox, stage: str, config: dict, load_timeout: float = 90.0,
                  memory_mb: int | None = None):
         self.sandbox, self.stage, self.config = sandbox, stage, config
         self.load_timeout = load_timeout
         self.memory_mb = memory_mb
-        self.process: Child | None = None
+        self.process: StageProcess | None = None
         self.ready = None  # the load report of the current child
         self.log_fd = None
         self.last_status: dict | None = None  # how the previous child ended
-        self.starts = 0
 
     def start(self) -> dict:
         """Fork a fresh child and return its load report (raises WorkerError)."""
         self.kill()
-        self.starts += 1
         request_read, request_write = os.pipe()
         answer_read, answer_write = os.pipe()
         if self.log_fd is not None:
@@ -206,7 +207,7 @@ class Worker:
         finally:
             os.close(request_read)
             os.close(answer_write)
-        self.process = Child(self.sandbox, pid, uid, os.fdopen(request_write, "wb"))
+        self.process = StageProcess(self.sandbox, pid, uid, os.fdopen(request_write, "wb"))
         self.read_fd = answer_read
         self._write(self.config)
         self.ready = self._read(self.load_timeout, "loading the submission")

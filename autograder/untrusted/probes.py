@@ -1,23 +1,24 @@
-"""Probes: the trusted code that calls a submission's function and turns what it returns into data.
+"""Probes: the grader's code that calls a submission's function and turns what it returns into data.
 
-This module runs where the student's code runs (the worker subprocess, or the notebook's own kernel
-for a self-check), so nothing it returns is trusted: every result is plain data (dicts, lists,
+This module runs where the student's code runs (a stage child of the sandboxed worker, or the
+notebook's own kernel for a self-check), so nothing it returns is trusted: every result is plain data (dicts, lists,
 numbers, strings, plain `torch.Tensor`s) that the parent decodes safely and judges itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
-import select
 import tempfile
 import time
-import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 
+from autograder.protocol import wire
+from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
 
 MAX_DEPTH = 6
@@ -75,19 +76,6 @@ def get_path(output, path: str):
     return output
 
 
-def error_response(exc: BaseException) -> dict:
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {
-        "status": "error",
-        "error_type": type(exc).__name__,
-        "message": str(exc)[:500],
-        "traceback": "".join(tb[-3:])[-1500:],
-        "is_value_error": isinstance(exc, ValueError),
-        "is_runtime_error": isinstance(exc, RuntimeError) and not isinstance(exc, NotImplementedError),
-        "not_implemented": isinstance(exc, NotImplementedError),
-    }
-
-
 def _call_guarded(state: SubmissionState, name: str, fn):
     """Run fn(); report delegation if the reference `name` was called meanwhile."""
     state.reference_calls.clear()
@@ -95,7 +83,7 @@ def _call_guarded(state: SubmissionState, name: str, fn):
         with state.patch() if state.patch else contextlib.nullcontext():
             result = fn()
     except Exception as exc:
-        result = error_response(exc)
+        result = exception_answer(exc)
     if state.reference_calls[name]:
         return {"status": "delegated"}
     return result
@@ -179,8 +167,6 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
             os.close(read_fd)
             payload = b""
             try:
-                import io
-
                 import torch.distributed as dist
                 from torch.nn.parallel import DistributedDataParallel
 
@@ -193,10 +179,7 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
                 torch.save(result, buffer)
                 payload = buffer.getvalue()
             finally:
-                os.write(write_fd, len(payload).to_bytes(8, "little"))
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(write_fd, view[: 1 << 20]):]
+                wire.write_frame(write_fd, payload)
                 os._exit(0)
         os.close(write_fd)
         children.append((pid, read_fd))
@@ -204,12 +187,7 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
     results = []
     try:
         for _pid, read_fd in children:
-            data = _read_all(read_fd, deadline)
-            results.append(_load_rank_result(data) if data is not None
-                           else {"status": "error", "error_type": "Timeout",
-                                 "message": "a data-parallel rank did not finish",
-                                 "is_value_error": False, "is_runtime_error": False,
-                                 "not_implemented": False})
+            results.append(_rank_result(read_fd, deadline))
     finally:
         for pid, read_fd in children:
             os.close(read_fd)
@@ -222,28 +200,17 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
     return {"status": "ok", "runs": results}
 
 
-def _load_rank_result(data: bytes) -> dict:
-    import io
-    if len(data) == 0:
-        return {"status": "error", "error_type": "Crash", "message": "a data-parallel rank crashed",
-                "is_value_error": False, "is_runtime_error": False, "not_implemented": False}
+def _rank_result(fd: int, deadline: float) -> dict:
+    """One rank's answer: its train-step result, or an error saying how it ended."""
+    try:
+        data = wire.read_frame(fd, deadline)
+    except wire.Timeout:
+        return error_answer("Timeout", "a data-parallel rank did not finish")
+    except (wire.Closed, wire.WireError):
+        data = b""
+    if not data:
+        return error_answer("Crash", "a data-parallel rank crashed")
     return torch.load(io.BytesIO(data), weights_only=True)
-
-
-def _read_all(fd: int, deadline: float) -> bytes | None:
-    chunks, expected, received = [], None, 0
-    while expected is None or received < expected + 8:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-            return None
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b""
-        chunks.append(chunk)
-        received += len(chunk)
-        if expected is None and received >= 8:
-            expected = int.from_bytes(b"".join(chunks)[:8], "little")
-    return b"".join(chunks)[8:8 + expected]
 
 
 PROBES = {"call": probe_call, "train_step": probe_train_step, "train_step_ddp": probe_train_step_ddp}

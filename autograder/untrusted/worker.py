@@ -107,8 +107,8 @@ def install_course(sources: dict, extra_globals: dict | None = None) -> None:
 
 
 def load(config: dict):
+    from autograder.protocol.answers import function_status
     from autograder.untrusted.probes import SubmissionState
-    from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # served by install_course
 
     submission, errors, counter = config["submission"], [], Counter()
     stage = config.get("stage")
@@ -121,8 +121,9 @@ def load(config: dict):
 
     sys.path[:0] = config.get("paths", [])
     install_course(config["course"], {"__reference_called__": reference_called})
+    from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # as the grader sent it
     kind, target = submission["kind"], submission["target"]
-    if kind == "module" and target == "course":  # grading the reference itself
+    if config.get("grading_reference"):
         functions = {name: getattr(importlib.import_module(HOME_MODULES[name]), name)
                      for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
@@ -154,19 +155,14 @@ def load(config: dict):
         else:
             function = namespaces[0].get(name) if namespaces else None
         functions[name] = function
-        if function is None:
-            statuses[name] = "missing"
-        elif not callable(function):
-            statuses[name] = "not_callable"
-        elif getattr(function, "__grader_stub__", None) == name:
-            statuses[name] = "delegated"
-        else:
-            statuses[name] = "ok"
+        statuses[name] = function_status(
+            function, function is not None and getattr(function, "__grader_stub__", None) == name)
     return SubmissionState(functions, statuses, config["device"], counter), errors
 
 
 def serve(answer_fd: int) -> None:
     """A child's life: read its configuration, load the submission, answer probes until EOF."""
+    from autograder.protocol.answers import exception_answer
     from autograder.untrusted.probes import handle, to_plain
 
     config = _receive()
@@ -179,9 +175,7 @@ def serve(answer_fd: int) -> None:
         try:
             response = handle(state, request)
         except BaseException as exc:  # a probe must answer, whatever the submission did
-            response = {"status": "error", "error_type": type(exc).__name__,
-                        "message": str(exc)[:500], "is_value_error": False,
-                        "is_runtime_error": False, "not_implemented": False}
+            response = exception_answer(exc)
         _send(answer_fd, to_plain(response))
 
 
@@ -264,7 +258,7 @@ def template(control_fd: int, root: str) -> None:
     import torch
     import transformers  # noqa: F401  (loaded once here, shared by every child)
 
-    from autograder.protocol import markers
+    from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
     from autograder.untrusted import probes  # noqa: F401
     torch.set_num_threads(1)
     install_course(setup["course"])  # course.models only: no graded function lives there

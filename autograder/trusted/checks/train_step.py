@@ -225,7 +225,8 @@ def micro_batching(ctx) -> None:
     judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
-@check(FN, "data-parallel update (2 gloo ranks, DDP) equals the single-process update", points=2)
+@check(FN, "data-parallel update (2 gloo ranks, DDP) equals the single-process update", points=2,
+       needs_processes=True)
 def data_parallel(ctx) -> None:
     if ctx.in_process:
         raise Fail("runs only under `pytest autograder` (it starts data-parallel processes)")
