@@ -7,9 +7,8 @@ from pathlib import Path
 
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from autograder.trusted.core import CHECKS
-from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
-from autograder.trusted.sentinel import Sentinel
-from autograder.trusted.submission import load_submission
+from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT
+from autograder.trusted.session import GradingSession
 
 
 def submission_problem(spec: str) -> str | None:
@@ -36,20 +35,14 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     problem = submission_problem(str(submission))
     if problem:
         raise FileNotFoundError(problem)
-    loaded = load_submission(submission, ROOT)
-    grader = Grader(loaded, device, probe_timeout, memory_mb, seed, official=official,
-                    time_limit=time_limit)
-    target = Path(loaded.target)
-    sentinel = Sentinel(ROOT, [target] if target.is_dir() else [target.parent]
-                        if target.exists() else []) if grader.practice else None
+    session = GradingSession(submission, device, probe_timeout, memory_mb, seed, official,
+                             time_limit)
+    grader = session.grader
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]
     finally:
-        grader.close()
-    tampering = sentinel.restore() if sentinel else []
+        tampering = session.finish()
     score, maximum = grader.totals()
-    if tampering:
-        score = 0.0
     return {"results": {r["name"]: r for r in results}, "score": score, "max_score": maximum,
             "load_failure": grader.load_failure, "load_errors": grader.load_errors,
             "tampering": tampering, "practice": grader.practice, "isolation": grader.isolation_note}

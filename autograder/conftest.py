@@ -57,38 +57,20 @@ class Session:
     """Created at the first check, so that `--collect-only` starts nothing."""
 
     def __init__(self, config):
-        import torch
+        from autograder.trusted.session import GradingSession
 
-        from autograder.trusted import report, results  # noqa: F401  (imported before any student code runs)
-        from autograder.trusted.grader import DEFAULT_TIME_LIMIT, Grader
-        from autograder.trusted.sentinel import Sentinel
-        from autograder.trusted.submission import load_submission
-
-        device = config.getoption("--device")
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        submission = load_submission(config.getoption("--submission"), ROOT)
-        self.grader = Grader(submission, device, config.getoption("--probe-timeout"),
-                             config.getoption("--memory-mb"), config.getoption("--seed"),
-                             official=config.getoption("--official"),
-                             time_limit=config.getoption("--time-limit") or DEFAULT_TIME_LIMIT)
-        target = Path(submission.target)
-        extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
-        # in the sandbox nothing outside it is writable; without one, look for what changed
-        self.sentinel = Sentinel(ROOT, extra) if self.grader.practice else None
+        self.grading = GradingSession(
+            config.getoption("--submission"), config.getoption("--device"),
+            config.getoption("--probe-timeout"), config.getoption("--memory-mb"),
+            config.getoption("--seed"), official=config.getoption("--official"),
+            time_limit=config.getoption("--time-limit"))
+        self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written
         self.tampering: list[str] = []
 
     def finish(self) -> None:
-        self.grader.close()
-        self.tampering = self.sentinel.restore() if self.sentinel else []
-        if self.tampering:
-            for result in self.grader.results:
-                result["score"] = 0.0
-                result["status"] = "failed"
-                result["output"] = ("graded 0: files outside the submission were changed while it ran: "
-                                    + "; ".join(self.tampering[:5]))
+        self.tampering = self.grading.finish()
         self.write()
 
     def write(self) -> None:

@@ -1,0 +1,53 @@
+"""One grading, from the submission's path to the verdict: written once for `pytest autograder`
+(autograder/conftest.py) and for `autograder.api.grade`.
+
+A session reads the submission (never running it), starts the grader (which starts the sandbox at
+the first check), and, for a practice grade without a sandbox, snapshots the places a submission
+could plant files for the next grading (`Sentinel`). `finish` stops the worker and, if anything
+was changed, grades every check 0 and says what changed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
+from autograder.trusted.sentinel import Sentinel
+from autograder.trusted.submission import load_submission
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" when a GPU is visible, else "cpu"; other values as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class GradingSession:
+    def __init__(self, submission: str | Path, device: str = "cpu", probe_timeout: float = 30.0,
+                 memory_mb: int = 6144, seed: int | None = None, official: bool = False,
+                 time_limit: float | None = None):
+        from autograder.trusted import report, results  # noqa: F401  (before any student code)
+
+        loaded = load_submission(submission, ROOT)
+        self.grader = Grader(loaded, resolve_device(device), probe_timeout, memory_mb, seed,
+                             official=official, time_limit=time_limit or DEFAULT_TIME_LIMIT)
+        target = Path(loaded.target)
+        extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
+        # in the sandbox nothing outside it is writable; without one, look for what changed
+        self.sentinel = Sentinel(ROOT, extra) if self.grader.practice else None
+        self.tampering: list[str] = []
+
+    def finish(self) -> list[str]:
+        """Stop the worker; the files changed outside the submission (then every check scores 0)."""
+        self.grader.close()
+        self.tampering = self.sentinel.restore() if self.sentinel else []
+        if self.tampering:
+            for result in self.grader.results:
+                result["score"] = 0.0
+                result["status"] = "failed"
+                result["output"] = ("graded 0: files outside the submission were changed while it "
+                                    "ran: " + "; ".join(self.tampering[:5]))
+        return self.tampering
