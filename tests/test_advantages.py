@@ -1,4 +1,4 @@
-"""compute_rollout_rewards and compute_group_normalized_rewards (SPEC §3)."""
+"""compute_rollout_rewards and compute_group_normalized_rewards."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""aggregate_loss_across_microbatch, masked_mean, calculate_loss_and_backward (SPEC §3)."""
+"""aggregate_loss_across_microbatch, masked_mean, calculate_loss_and_backward."""
 
 import pytest
 import torch

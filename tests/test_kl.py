@@ -1,4 +1,4 @@
-"""estimate_kl: Schulman's k1/k2/k3 estimators and the ratio-weighted one (SPEC §3).
+"""estimate_kl: Schulman's k1/k2/k3 estimators and the ratio-weighted one.
 
 Values are checked by hand; what each estimator does to the gradient is checked by exact
 enumeration over a small categorical π = softmax(θ), samples x ~ π held fixed (no gradient through

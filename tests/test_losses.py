@@ -1,4 +1,4 @@
-"""compute_policy_gradient_loss, compute_grpo_loss and truncated_importance_weights (SPEC §3)."""
+"""compute_policy_gradient_loss, compute_grpo_loss and truncated_importance_weights."""
 
 import math
 from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""LossStatistics and compare_logprobs (SPEC §3, reference-only helpers)."""
+"""LossStatistics and compare_logprobs (reference-only helpers, not graded)."""
 
 import math
 

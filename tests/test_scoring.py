@@ -1,4 +1,4 @@
-"""compute_entropy and get_response_log_probs, plain and chunked (SPEC §3, §5)."""
+"""compute_entropy and get_response_log_probs, plain and chunked."""
 
 import math
 

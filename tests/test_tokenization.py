@@ -1,4 +1,4 @@
-"""tokenize_prompt_and_output: ids, shifted labels and the response mask (SPEC §3)."""
+"""tokenize_prompt_and_output: ids, shifted labels and the response mask."""
 
 import copy
 

@@ -1,13 +1,13 @@
 """grpo_train_step: the update is the full-batch gradient step, however the batch is micro-batched.
 
-The check of SPEC §3/§4: with SGD(lr=1) the update is −∇L exactly, where L is the GRPO objective of
+The exactness check of the train step: with SGD(lr=1) the update is −∇L exactly, where L is the GRPO objective of
 the whole batch (naive.full_batch_loss: full log_softmax, loops, float64). For every loss variant and
 every normalization, with ragged prompts and responses, gradient_accumulation_steps ∈ {1, 2, 3, 4, B}
 must all give that update to 1e-10 (float64). SGD, not AdamW: Adam's per-coordinate normalization
 would hide a gradient that is off by a constant factor. Beside it, the historical bug (each
 micro-batch divided by its own token count, then by the number of steps) is shown to fail the check.
 
-Rewards are float32 (SPEC §3), so std-normalized advantages carry float32 rounding. The exact checks
+Rewards are float32 (as `compute_rollout_rewards` returns them), so std-normalized advantages carry float32 rounding. The exact checks
 use Dr. GRPO's unnormalized advantages (exact in float32 for these rewards); std-normalized ones are
 checked to 1e-6 against the naive reference and to 1e-10 between accumulation settings.
 """

@@ -2,7 +2,8 @@
 
 `build()` returns correct functions; `build("biased_std")` returns the same set with that one bug.
 The mutant_*.py submissions are one line each on top of this; the grader's tests check that every
-bug loses points on its own check, with its own diagnosis. Written from SPEC §3, not from `course`.
+bug loses points on its own check, with its own diagnosis. Written from the
+documented contracts (the module docstrings of `course`), not from `course`'s code.
 """
 
 import math

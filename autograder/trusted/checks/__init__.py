@@ -1,4 +1,5 @@
-"""The checks, one module per stage, registered in SPEC §3 order on import."""
+"""The checks, one module per stage, registered on import in the order a learner builds the
+stages (`course.registry`)."""
 
 from autograder.trusted.checks import (  # noqa: F401  (imported for their registrations)
     advantages,

@@ -1,4 +1,5 @@
-"""Checks for stage 3: `compute_rollout_rewards` and `compute_group_normalized_rewards` (SPEC §3)."""
+"""Checks for stage 3: `compute_rollout_rewards` and `compute_group_normalized_rewards`
+(their contract: the docstrings of `course.advantages`)."""
 
 from __future__ import annotations
 

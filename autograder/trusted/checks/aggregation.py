@@ -1,4 +1,5 @@
-"""Checks for stage 5: `aggregate_loss_across_microbatch` (SPEC §3)."""
+"""Checks for stage 5: `aggregate_loss_across_microbatch` (its contract: the
+docstring of `course.aggregation`)."""
 
 from __future__ import annotations
 

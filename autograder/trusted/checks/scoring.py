@@ -1,4 +1,5 @@
-"""Checks for stage 2: `compute_entropy` and `get_response_log_probs` (SPEC §3)."""
+"""Checks for stage 2: `compute_entropy` and `get_response_log_probs` (their contract: the
+docstrings of `course.scoring`)."""
 
 from __future__ import annotations
 

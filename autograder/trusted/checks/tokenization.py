@@ -1,4 +1,4 @@
-"""Checks for stage 1: `tokenize_prompt_and_output` (SPEC §3)."""
+"""Checks for stage 1: `tokenize_prompt_and_output` (its contract: the docstring of `course.tokenization`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checks for stage 6: `grpo_train_step` (SPEC §3).
+"""Checks for stage 6: `grpo_train_step` (its contract: the docstring of `course.train_step`).
 
 Every update is measured exactly: a float64 tiny OLMo2, plain SGD with lr = 1, so the parameter
 change is minus the (clipped) gradient. Wrong normalizations are diagnosed from per-row gradients:
@@ -212,7 +212,8 @@ def full_batch(ctx) -> None:
 
 @check(FN, "update independent of micro-batching", points=3)
 def micro_batching(ctx) -> None:
-    """The regression for the gradient-accumulation normalization bug (SPEC §4)."""
+    """The regression for the gradient-accumulation normalization bug: each micro-batch divided by its own token
+    count and then by the number of steps, so the update changes with gradient_accumulation_steps."""
     plan = [(mode, steps) for mode in ("sequence", "token", "constant") for steps in (1, 2, 4, 8)]
 
     def judge(run):
