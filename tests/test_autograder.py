@@ -189,8 +189,11 @@ def _memorizing_notebook(path: Path) -> None:
              for seed, entry in load_fixtures()["grpo_train_step/rollouts"]["seeds"].items()}
     buffer = io.BytesIO()
     torch.save(table, buffer)
-    source = f"""import base64, io, torch
-ANSWERS = {base64.b64encode(buffer.getvalue()).decode()!r}
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    parts = [encoded[i:i + 200_000] for i in range(0, len(encoded), 200_000)]  # cells are capped
+    sources = [f"ANSWERS_{i} = {part!r}" for i, part in enumerate(parts)]
+    sources.append(f"""import base64, io, torch
+ANSWERS = {" + ".join(f"ANSWERS_{i}" for i in range(len(parts)))}
 
 def grpo_train_step(model, rollout_responses, max_grad_norm=None, old_log_probs=None,
                     importance_reweighting_method="none", loss_normalization="sequence", **kwargs):
@@ -210,9 +213,10 @@ def grpo_train_step(model, rollout_responses, max_grad_norm=None, old_log_probs=
             p += answer["delta"][offset:offset + p.numel()].view_as(p).to(p.dtype)
             offset += p.numel()
     return torch.tensor(answer["loss"]), dict(answer["metadata"])
-"""
-    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
-    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+""")
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+             for source in sources]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
 
 
 def test_a_memorized_train_step_answer_earns_nothing(tmp_path):

@@ -1,0 +1,7 @@
+"""What crosses the boundary between the grader and the worker, one definition each.
+
+`wire`: the framing of every message and the answer format the grader decodes as hostile input.
+`answers`: the status of each graded function and the one shape of an error answer.
+`markers`: requests name a model, tokenizer or reward function by a small marker; both sides
+build the same object from it.
+"""

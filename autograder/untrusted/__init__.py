@@ -1,0 +1,6 @@
+"""The untrusted side: code of the grader's that runs next to the student's, inside the sandbox.
+
+`worker` is the sandboxed program (a template that forks one child per stage); `probes` call the
+submission's functions there and turn what they return into plain data. Nothing they say is
+believed: the trusted side decodes it with `autograder.protocol.wire` and judges it itself.
+"""

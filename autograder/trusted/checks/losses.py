@@ -20,6 +20,7 @@ from autograder.trusted.core import (
     tensor,
 )
 from autograder.trusted.grader import judge_cases
+from course.losses import GRPO_LOSS_FNS, PG_METHODS
 
 PG = "compute_policy_gradient_loss"
 GRPO = "compute_grpo_loss"
@@ -40,7 +41,7 @@ def _policy(seed: int, batch: int = 4, positions: int = 7) -> dict:
 
 def _pg_expected(inputs: dict) -> dict:
     out = {}
-    for method in ("none", "noclip", "grpo", "gspo", "cispo"):
+    for method in PG_METHODS:
         loss, metadata = run_reference(PG, {**inputs, "importance_reweighting_method": method,
                                             "cliprange": EPS})
         out[method] = {"loss": loss.detach(), "metadata": {k: torch.as_tensor(v).double()
@@ -223,7 +224,7 @@ def _grpo_inputs(seed: int) -> dict:
 
 def _grpo_expected(inputs: dict) -> dict:
     out = {}
-    for loss_fn in ("dapo", "cispo"):
+    for loss_fn in GRPO_LOSS_FNS:
         config = config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator=2, beta=0.1)
         out[loss_fn] = torch.stack([t.detach() for t in run_reference(GRPO, {**inputs, "config": config})])
     return out

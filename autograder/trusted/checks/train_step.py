@@ -29,6 +29,7 @@ from autograder.trusted.core import (
 )
 from autograder.trusted.grader import judge_cases
 from autograder.trusted.reference import reference
+from course.aggregation import LOSS_NORMALIZATIONS
 
 FN = "grpo_train_step"
 MODEL = model_marker(0, "float64")
@@ -214,7 +215,7 @@ def full_batch(ctx) -> None:
 def micro_batching(ctx) -> None:
     """The regression for the gradient-accumulation normalization bug: each micro-batch divided by its own token
     count and then by the number of steps, so the update changes with gradient_accumulation_steps."""
-    plan = [(mode, steps) for mode in ("sequence", "token", "constant") for steps in (1, 2, 4, 8)]
+    plan = [(mode, steps) for mode in LOSS_NORMALIZATIONS for steps in (1, 2, 4, 8)]
 
     def judge(run):
         runs = ctx.train_steps([mode_kwargs(run.inputs, mode, steps) for mode, steps in plan], MODEL)
