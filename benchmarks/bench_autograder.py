@@ -3,7 +3,7 @@
     python benchmarks/bench_autograder.py [--repeats 3]
 
 Prints a table of wall times (the real CLI, in a subprocess, as a grader would run it) and the
-machine it ran on. SPEC §5: under 60 s on a 2-core CPU, aim 20 s.
+machine it ran on. Target: under 60 s on a 2-core CPU, aim 20 s.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class TrainConfig:
     group_size: int = 8
     """G: responses sampled per problem; advantages compare a response with its group."""
     lr: float = 5e-5
-    """AdamW learning rate; far below the warm start's 1e-3 (SPEC §5 measured a collapse at 3e-4)."""
+    """AdamW learning rate; far below the warm start's 1e-3 (a collapse was measured at 3e-4)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     loss: str = "grpo"

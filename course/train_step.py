@@ -108,7 +108,7 @@ def grpo_train_step(
         normalization_constant: C for "constant".
 
     Returns:
-        (loss, metadata): loss is the step's total loss (0-dim, detached); metadata per SPEC §3.
+        (loss, metadata): loss is the step's total loss (0-dim, detached); metadata: the summed loss statistics of the step.
     """
     batch_size = len(rollout_responses)
     _validate(batch_size, repeated_prompts, repeated_ground_truths, group_size,

