@@ -6,19 +6,20 @@ For logits z ∈ R^V at one position and label y:
 Half-precision logits are upcast to float32 first: bf16 has 8 mantissa bits, so a log-ratio near
 GSPO's clip range (1 ± 3e-4) would round to 0. float32/float64 logits keep their dtype.
 
-The chunked path runs the output head over `logits_chunk_size` positions at a time inside
-`torch.utils.checkpoint`, so backward recomputes each chunk's logits instead of keeping all of them:
-peak extra memory is one (B, chunk, V) block rather than (B, T, V). It bypasses the model's own
-forward, so it is allowed only for architectures whose logits are exactly `lm_head(decoder(x))`
-(no logit scaling or soft-capping): OLMo2 (the course's model), Llama and Qwen2. Cut Cross-Entropy
-(Wijmans et al. 2024, arXiv 2411.09009) and Liger-Kernel's fused linear cross-entropy take the same
-idea further.
+The chunked path runs the decoder once and then the output head over `logits_chunk_size`
+positions of every row at a time (B · chunk rows, in one reused buffer), inside one autograd
+Function whose backward recomputes each block's logits: peak extra memory is one (B, chunk, V)
+block rather than (B, T, V), and nothing of the size of the logits is saved for backward (only the
+hidden states and one log-normalizer per position). It bypasses the model's own forward, so it is
+allowed only for architectures whose logits are exactly `lm_head(decoder(x))` with a bias-free
+head (no logit scaling or soft-capping): OLMo2 (the course's model), Llama and Qwen2. The same idea:
+Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989) and Cut
+Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009).
 """
 
 from __future__ import annotations
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 # Architectures whose causal-LM forward is exactly lm_head(model(input_ids).last_hidden_state).
 CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")  # each proven equal in tests/test_scoring.py
@@ -88,6 +89,81 @@ class _LabelLogProb(torch.autograd.Function):
         return grad.to(logits.dtype), None
 
 
+class _ChunkedHeadLogProb(torch.autograd.Function):
+    """log softmax(h Wᵀ)[y] for N rows, one block of `rows` rows of logits at a time.
+
+    forward, per block:  z = h Wᵀ (rows, V) in one reused buffer; keep log Z = logsumexp(z) (rows,);
+                         out = z_y − log Z (and, if asked, H = log Z − Σ softmax(z)·z, no grad).
+    backward, per block: recompute z in the buffer; G = g · (onehot(y) − exp(z − log Z)) in place;
+                         ∂h = G W (rows, H), ∂W += Gᵀ h (V, H).
+    Saved for backward: h (N, H), y (N,), log Z (N,) and W (the model's own weight), never logits.
+    That is four head matmuls instead of three, but no (N, V) tensor is ever allocated, and a block
+    small enough to stay in cache makes the softmax passes cheap. The same idea as Liger-Kernel's
+    fused linear cross-entropy, with a per-token cotangent g (GRPO weighs each token by its advantage).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, rows: int, want_entropy: bool):
+        count, vocab = hidden.shape[0], weight.shape[0]
+        compute_dtype = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
+        buffer = torch.empty(min(rows, count), vocab, dtype=compute_dtype, device=hidden.device)
+        log_probs = torch.empty(count, dtype=compute_dtype, device=hidden.device)  # (N,)
+        log_normalizer = torch.empty_like(log_probs)  # (N,)
+        entropy = torch.empty_like(log_probs) if want_entropy else None
+        for start in range(0, count, rows):
+            block = slice(start, start + rows)
+            z = _block_logits(hidden[block], weight, buffer)  # (r, V)
+            label_logit = z.gather(1, labels[block, None])[:, 0]  # (r,)
+            peak = z.amax(dim=1)  # (r,)
+            z.sub_(peak[:, None])  # z − max: exp cannot overflow
+            if want_entropy:
+                # Σ p·z = Σ e·(z − max) / Σ e, with e = exp(z − max), as a batched dot (no temporary)
+                shifted_exp = torch.exp(z)
+                sum_exp = shifted_exp.sum(dim=1)
+                weighted = torch.bmm(shifted_exp[:, None, :], z[:, :, None])[:, 0, 0]
+                entropy[block] = sum_exp.log() - weighted / sum_exp
+            else:
+                sum_exp = z.exp_().sum(dim=1)
+            log_normalizer[block] = peak + sum_exp.log()
+            log_probs[block] = label_logit - log_normalizer[block]
+        ctx.rows = rows
+        ctx.save_for_backward(hidden, weight, labels, log_normalizer)
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_log_probs, grad_entropy):
+        hidden, weight, labels, log_normalizer = ctx.saved_tensors
+        rows, (count, vocab) = ctx.rows, (hidden.shape[0], weight.shape[0])
+        buffer = torch.empty(min(rows, count), vocab, dtype=log_normalizer.dtype, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden)  # (N, H)
+        grad_weight = torch.zeros(weight.shape, dtype=log_normalizer.dtype, device=weight.device)  # (V, H)
+        grad_log_probs = grad_log_probs.to(log_normalizer.dtype)
+        for start in range(0, count, rows):
+            block = slice(start, start + rows)
+            g = grad_log_probs[block, None]  # (r, 1)
+            grad_logits = _block_logits(hidden[block], weight, buffer)  # (r, V)
+            grad_logits.sub_(log_normalizer[block, None]).exp_().mul_(-g)  # −g · softmax
+            grad_logits.scatter_add_(1, labels[block, None], g)  # + g · onehot(y)
+            grad_logits = grad_logits.to(hidden.dtype)
+            torch.mm(grad_logits, weight, out=grad_hidden[block])
+            if hidden.dtype == grad_weight.dtype:
+                grad_weight.addmm_(grad_logits.t(), hidden[block])
+            else:  # half precision: each block's product in its dtype, the sum over blocks in float32
+                grad_weight.add_(grad_logits.t() @ hidden[block])
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+
+
+def _block_logits(hidden: torch.Tensor, weight: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    """hidden Wᵀ (r, H) → (r, V), written into `buffer` (upcast there from half precision)."""
+    out = buffer[: hidden.shape[0]]
+    if hidden.dtype == buffer.dtype:
+        return torch.mm(hidden, weight.t(), out=out)
+    return out.copy_(hidden @ weight.t())
+
+
 def _label_log_probs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[labels] without a (B, T, V) log-softmax: (B, T, V), (B, T) → (B, T)."""
     return _LabelLogProb.apply(logits, labels)
@@ -121,7 +197,8 @@ def _decoder_and_head(model):
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     decoder = getattr(model, "model", None)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if model_type not in CHUNKABLE_MODEL_TYPES or not isinstance(decoder, torch.nn.Module) or head is None:
+    if (model_type not in CHUNKABLE_MODEL_TYPES or not isinstance(decoder, torch.nn.Module)
+            or not isinstance(head, torch.nn.Linear) or head.bias is not None):
         raise ValueError(
             f"logits_chunk_size > 0 needs a model whose logits are exactly lm_head(model.model(x)) "
             f"({', '.join(CHUNKABLE_MODEL_TYPES)}); got model_type={model_type!r}. "
@@ -162,23 +239,12 @@ def get_response_log_probs(
     else:
         decoder, head = _decoder_and_head(model)
         hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
-
-        def score_chunk(hidden_chunk, label_chunk):
-            return _label_log_probs(head(hidden_chunk), label_chunk)  # (B, c)
-
-        pieces, entropy_pieces = [], []
-        for start in range(0, input_ids.shape[1], chunk):
-            hidden_chunk, label_chunk = hidden[:, start : start + chunk], labels[:, start : start + chunk]
-            if torch.is_grad_enabled():
-                # keep only the (B, c) result; backward reruns head + normalizer for this chunk
-                pieces.append(checkpoint(score_chunk, hidden_chunk, label_chunk, use_reentrant=False))
-            else:
-                pieces.append(score_chunk(hidden_chunk, label_chunk))
-            if return_token_entropy:
-                with torch.no_grad():
-                    entropy_pieces.append(compute_entropy(head(hidden_chunk.detach())))
-        log_probs = torch.cat(pieces, dim=1)  # (B, T)
-        entropy = torch.cat(entropy_pieces, dim=1) if return_token_entropy else None
+        batch, positions = labels.shape
+        log_probs, entropy = _ChunkedHeadLogProb.apply(
+            hidden.reshape(batch * positions, -1), head.weight, labels.reshape(-1), batch * chunk,
+            return_token_entropy)
+        log_probs = log_probs.view(batch, positions)
+        entropy = entropy.view(batch, positions) if return_token_entropy else None
 
     result = {"log_probs": log_probs}
     if return_token_entropy:

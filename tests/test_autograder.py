@@ -92,6 +92,8 @@ MUTANTS = {
                                     "counts only rows with non-zero advantage"),
     "token_count_with_prompt": ("grpo_train_step", "metadata: loss", "metadata['response_token_count'] is"),
     "non_finite_step_skipped": ("grpo_train_step", "non-finite loss raises", "gave no error"),
+    "chunk_no_recompute": ("get_response_log_probs", "saves about one chunk of logits",
+                           "recompute each chunk's logits in backward"),
 }
 ALTERNATIVES = {
     "alt_full.py": None,

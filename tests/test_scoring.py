@@ -17,7 +17,7 @@ OUTPUTS = ["3", "<answer>82</answer>", "<think>9*9</think> 81"]
 
 @pytest.fixture
 def batch(tokenizer):
-    return tokenize(PROMPTS, OUTPUTS, tokenizer)  # (3, 23)
+    return tokenize(PROMPTS, OUTPUTS, tokenizer)  # (3, 20)
 
 
 # ----------------------------------------------------------------------------- entropy
@@ -107,7 +107,7 @@ def _values_and_gradients(model, batch, chunk):
     return out, grads
 
 
-@pytest.mark.parametrize("chunk", [1, 4, 7, 23, 64])
+@pytest.mark.parametrize("chunk", [1, 4, 7, 20, 64])
 def test_chunked_matches_plain_values_and_gradients_fp32(make_model, batch, chunk):
     model = make_model(torch.float32)
     plain, plain_grads = _values_and_gradients(model, batch, 0)
@@ -157,8 +157,18 @@ def test_bf16_model_is_scored_in_fp32(make_model, batch, chunk):
 # ----------------------------------------------------------------------------- chunk size argument
 
 
-def _head_call_widths(model, batch, chunk):
-    widths = []
+def _head_call_widths(model, batch, chunk, monkeypatch):
+    """Positions per output-head call: the module's own call, or a block of the chunked Function."""
+    import course.scoring
+
+    widths, rows = [], batch["labels"].shape[0]
+    block_logits = course.scoring._block_logits
+
+    def spy(hidden, weight, buffer):
+        widths.append(hidden.shape[0] // rows)  # blocks are B · chunk rows
+        return block_logits(hidden, weight, buffer)
+
+    monkeypatch.setattr(course.scoring, "_block_logits", spy)
     hook = model.get_output_embeddings().register_forward_hook(
         lambda module, args, output: widths.append(args[0].shape[1]))
     try:
@@ -169,22 +179,22 @@ def _head_call_widths(model, batch, chunk):
     return widths, out
 
 
-def test_chunk_size_none_reads_model_config(make_model, batch):
+def test_chunk_size_none_reads_model_config(make_model, batch, monkeypatch):
     model = make_model(torch.float64)
-    T = batch["labels"].shape[1]  # 23
-    widths, _ = _head_call_widths(model, batch, None)  # no config attribute: plain forward
+    T = batch["labels"].shape[1]  # 20
+    widths, _ = _head_call_widths(model, batch, None, monkeypatch)  # no config attribute: plain forward
     assert max(widths) == T
     model.config.grpo_logits_chunk_size = 5
-    widths, out = _head_call_widths(model, batch, None)
-    assert max(widths) <= 5 and sum(widths) >= T  # ceil(23 / 5) = 5 calls forward (+ recomputation)
+    widths, out = _head_call_widths(model, batch, None, monkeypatch)
+    assert widths == [5] * 4 * 2  # B · T = 60 rows in blocks of B · 5 = 15, each recomputed in backward
     expected = response_log_probs(model, batch["input_ids"], batch["labels"])
     torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
     model.config.grpo_logits_chunk_size = 0
-    widths, _ = _head_call_widths(model, batch, None)
+    widths, _ = _head_call_widths(model, batch, None, monkeypatch)
     assert max(widths) == T
     # an explicit argument wins over the config
     model.config.grpo_logits_chunk_size = 5
-    widths, _ = _head_call_widths(model, batch, 0)
+    widths, _ = _head_call_widths(model, batch, 0, monkeypatch)
     assert max(widths) == T
     model.config.grpo_logits_chunk_size = -2
     with pytest.raises(ValueError, match="logits_chunk_size"):

@@ -202,3 +202,38 @@ def chunked_memory(ctx) -> None:
                    f"against {peaks[0] / 2**20:.0f} MiB unchunked ({logits_bytes / 2**20:.0f} MiB of logits): "
                    "run the output head chunk by chunk inside torch.utils.checkpoint so that backward "
                    "recomputes each chunk instead of keeping all of them")
+
+
+def _decoder_saved_bytes(inputs: dict) -> int:
+    """What the model's decoder alone saves for backward on `inputs` (trusted: the course's model)."""
+    from autograder.probes import SavedBytes  # here, so that this check stays one appended block
+    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"], vocab_size=inputs["model"]["vocab_size"])
+    with SavedBytes({"model": model, "input_ids": inputs["input_ids"]}) as saved:
+        hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
+    return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
+
+
+@check(LOG_PROBS, "chunked scoring saves about one chunk of logits for backward (any device)", points=1)
+def chunked_saved_bytes(ctx) -> None:
+    """Counted with saved-tensor hooks, so a chunked path that keeps every chunk's logits for
+    backward (correct values, no memory saved) loses this point on a CPU too."""
+    g = generator(ctx.grader.seed)
+    batch, positions, vocab, chunk = 2, 128, 8192, 8
+    ids = torch.randint(7, 100, (batch, positions + 1), generator=g)
+    inputs = {"model": model_marker(0, "float32", vocab_size=vocab), "input_ids": ids[:, :-1],
+              "labels": ids[:, 1:]}
+    response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": chunk}, count_saved_bytes=True)
+    log_probs = field(response["output"], "log_probs", "the result")
+    compare(log_probs, run_reference(LOG_PROBS, inputs)["log_probs"], f"log_probs with logits_chunk_size={chunk}",
+            rtol=1e-5, atol=1e-5)
+    if not response["requires_grad"].get("log_probs", False):
+        raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")
+    chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
+    allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16  # + (B, T) vectors
+    saved = int(response.get("saved_bytes", 0))
+    if saved > allowed:
+        raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
+                   f"more than the decoder's activations plus about one chunk of logits "
+                   f"({allowed / 2**20:.2f} MiB; all the logits are {batch * positions * vocab * 4 / 2**20:.0f} MiB): "
+                   "recompute each chunk's logits in backward (torch.utils.checkpoint around the head and "
+                   "normalizer of a chunk, or a custom autograd.Function) instead of keeping them")
