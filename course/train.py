@@ -109,6 +109,8 @@ class TrainConfig:
     """Evaluate every this many steps (0: only before and after training)."""
     seed: int = 0
     """Seeds the problem order, the rollout sampling and torch."""
+    device: str = "cpu"
+    """Where the policy, the reference and the sampler live: cpu, cuda or cuda:N."""
     threads: int = 1
     """torch CPU threads per process (0: torch's default). A 1M-parameter model runs fastest on one:
     its matrices are too small to split, and on a busy machine extra threads wait on each other."""
@@ -126,10 +128,10 @@ def field_help(config_class) -> dict[str, str]:
     return docs
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None) -> None:
-    """One `--kebab-case` option per field, typed by its default, helped by its docstring."""
+def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=()) -> None:
+    """One `--kebab-case` option per field (but `exclude`), typed by its default, helped by its docstring."""
     docs, choices = field_help(config_class), choices or {}
-    for field in fields(config_class):
+    for field in (f for f in fields(config_class) if f.name not in exclude):
         default = field.default
         parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=type(default),
                             default=default, choices=choices.get(field.name),
@@ -142,6 +144,10 @@ def validate(config: TrainConfig, world_size: int) -> None:
             raise ValueError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")
     if config.prompts_per_step % world_size:
         raise ValueError(f"prompts_per_step ({config.prompts_per_step}) must divide among {world_size} ranks")
+    if config.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu, cuda or cuda:N, got {config.device!r}")
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {config.device!r}: torch sees no CUDA device (torch.cuda.is_available() is False)")
     if config.eval_problems < 1 or config.steps < 0 or config.group_size < 1:
         raise ValueError("eval_problems and group_size must be positive and steps non-negative, "
                          f"got {config.eval_problems}, {config.group_size}, {config.steps}")
@@ -219,6 +225,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
     torch.manual_seed(config.seed)
     start = time.time()
     policy, tokenizer = load_model_and_tokenizer(config.checkpoint)
+    policy.to(config.device)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     separate_sampler = config.sampler_dtype != "float32"
     sampler = copy.deepcopy(policy).to(torch.bfloat16).eval() if separate_sampler else policy
@@ -308,7 +315,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
                 (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
             (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             plot_training_curves(records, before, out / "training_curves.png")
-            torch.save(policy.state_dict(), out / "policy.pt")
+            torch.save({k: v.cpu() for k, v in policy.state_dict().items()}, out / "policy.pt")
     return summary
 
 
