@@ -1,6 +1,6 @@
 """The warm start: supervised fine-tuning (SFT) of a fresh tiny OLMo2 on reference responses.
 
-RL sharpens what a policy can already sometimes do (SPEC §5): GRPO needs a start whose groups
+RL sharpens what a policy can already sometimes do: GRPO needs a start whose groups
 contain some correct answers (pass@G high) while single samples are often wrong (pass@1
 moderate). A few hundred SFT steps on `tasks.format_response` targets give exactly that: the
 format is learned first, the arithmetic only partly. The model sits on a plateau (digits at

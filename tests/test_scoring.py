@@ -1,6 +1,10 @@
 """compute_entropy and get_response_log_probs, plain and chunked (SPEC §3, §5)."""
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -277,3 +281,35 @@ def test_mismatched_shapes_raise(make_model, batch):
     model = make_model(torch.float64)
     with pytest.raises(ValueError, match="labels|input_ids"):
         get_response_log_probs(model, batch["input_ids"], batch["labels"][:, :-1])
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_logprobs.py"
+TOY = ["--vocab", "512", "--hidden", "16", "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16",
+       "--block-mib", "0.01", "--repeats", "1", "--threads", "1"]
+
+
+@pytest.mark.slow
+def test_logprob_benchmark_runs_every_method_at_toy_size():
+    # the CPU path of the benchmark, end to end: one subprocess per method, equal results, a summary
+    done = subprocess.run([sys.executable, str(BENCHMARK), *TOY], capture_output=True, text=True,
+                          timeout=600, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and "torch" in lines[0] and "cores" in lines[0]
+    assert "chunk = 2 positions" in lines[1]                   # 0.01 MiB / (2 · 512 · 4 bytes) = 2
+    rows = {line.split()[0]: line.split() for line in lines[3:-1]}
+    assert set(rows) == {"log_softmax", "trl", "gather_lse", "chunked"}
+    for method in ("gather_lse", "chunked"):
+        assert float(rows[method][-2]) < 1e-5 and float(rows[method][-1]) < 1e-5   # same log p, same grad
+    summary = json.loads(lines[-1])
+    assert {"chunked_over_log_softmax_peak", "chunked_over_log_softmax_time"} <= set(summary)
+
+
+def test_logprob_benchmark_refuses_cuda_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = subprocess.run([sys.executable, str(BENCHMARK), *TOY, "--device", "cuda"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "--device cuda: torch sees no CUDA device" in done.stderr
