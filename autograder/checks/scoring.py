@@ -230,7 +230,9 @@ def chunked_saved_bytes(ctx) -> None:
         raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")
     chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
     allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16  # + (B, T) vectors
-    saved = int(response.get("saved_bytes", 0))
+    saved = response.get("saved_bytes")
+    if type(saved) is not int or saved < 0:  # the worker's answer is data to check, not to trust
+        raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte count")
     if saved > allowed:
         raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
                    f"more than the decoder's activations plus about one chunk of logits "
