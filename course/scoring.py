@@ -6,14 +6,13 @@ For logits z ∈ R^V at one position and label y:
 Half-precision logits are upcast to float32 first: bf16 has 8 mantissa bits, so a log-ratio near
 GSPO's clip range (1 ± 3e-4) would round to 0. float32/float64 logits keep their dtype.
 
-The chunked path runs the decoder once and then the output head over `logits_chunk_size`
-positions of every row at a time (B · chunk rows, in one reused buffer), inside one autograd
-Function whose backward recomputes each block's logits: peak extra memory is one (B, chunk, V)
-block rather than (B, T, V), and nothing of the size of the logits is saved for backward (only the
-hidden states and one log-normalizer per position). It bypasses the model's own forward, so it is
-allowed only for architectures whose logits are exactly `lm_head(decoder(x))` with a bias-free
-head (no logit scaling or soft-capping): OLMo2 (the course's model), Llama and Qwen2. The same idea:
-Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989) and Cut
+The chunked path runs the decoder once and then the output head tile by tile, holding at most
+the logits of one (B, `logits_chunk_size`, V) block at a time, inside one autograd Function whose
+backward recomputes each tile's logits: nothing of the size of the logits is saved for backward
+(only the hidden states and one log-normalizer per position). It bypasses the model's own
+forward, so it is allowed only for architectures whose logits are exactly `lm_head(decoder(x))`
+with a bias-free head (no logit scaling or soft-capping): OLMo2 (the course's model), Llama and
+Qwen2. The same idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989) and Cut
 Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009).
 """
 
@@ -90,43 +89,59 @@ class _LabelLogProb(torch.autograd.Function):
 
 
 class _ChunkedHeadLogProb(torch.autograd.Function):
-    """log softmax(h Wᵀ)[y] for N rows, one block of `rows` rows of logits at a time.
+    """log softmax(h Wᵀ)[y] for N rows, never holding more than `budget` logits at once.
 
-    forward, per block:  z = h Wᵀ (rows, V) in one reused buffer; keep log Z = logsumexp(z) (rows,);
-                         out = z_y − log Z (and, if asked, H = log Z − Σ softmax(z)·z, no grad).
-    backward, per block: recompute z in the buffer; G = g · (onehot(y) − exp(z − log Z)) in place;
-                         ∂h = G W (rows, H), ∂W += Gᵀ h (V, H).
+    The logits are visited in tiles of (rows, vocabulary slice) with rows · slice <= budget; a
+    softmax over the vocabulary is then a running one (Milakov & Gimelshein 2018, arXiv 1805.02867):
+      forward:  per tile z = h Wₜᵀ; running max m, Σ exp(z − m), and the label's logit; at the end
+                log Z = m + log Σ, out = z_y − log Z (and H = log Z − Σ softmax(z)·z, no grad).
+      backward: per tile recompute z; G = g · (onehot(y) − exp(z − log Z)) in place;
+                ∂Wₜ = Gᵀ h (written once per tile), ∂h += G Wₜ.
     Saved for backward: h (N, H), y (N,), log Z (N,) and W (the model's own weight), never logits.
-    That is four head matmuls instead of three, but no (N, V) tensor is ever allocated, and a block
-    small enough to stay in cache makes the softmax passes cheap. The same idea as Liger-Kernel's
-    fused linear cross-entropy, with a per-token cotangent g (GRPO weighs each token by its advantage).
+    Tiling the vocabulary rather than the positions keeps every matmul large (all rows at once)
+    and writes each slice of ∂W once instead of adding a (V, H) product per block of positions.
+    The same idea as Liger-Kernel's fused linear cross-entropy, with a per-token cotangent g (GRPO
+    weighs each token by its advantage).
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, rows: int, want_entropy: bool):
+    def forward(ctx, hidden, weight, labels, budget: int, want_entropy: bool):
         count, vocab = hidden.shape[0], weight.shape[0]
         compute_dtype = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
-        buffer = torch.empty(min(rows, count), vocab, dtype=compute_dtype, device=hidden.device)
-        log_probs = torch.empty(count, dtype=compute_dtype, device=hidden.device)  # (N,)
-        log_normalizer = torch.empty_like(log_probs)  # (N,)
-        entropy = torch.empty_like(log_probs) if want_entropy else None
+        rows, width = _tile_shape(count, vocab, budget)
+        buffer = torch.empty(rows * width, dtype=compute_dtype, device=hidden.device)
+        log_normalizer = torch.empty(count, dtype=compute_dtype, device=hidden.device)  # (N,)
+        log_probs = torch.empty_like(log_normalizer)  # (N,)
+        entropy = torch.empty_like(log_normalizer) if want_entropy else None
         for start in range(0, count, rows):
-            block = slice(start, start + rows)
-            z = _block_logits(hidden[block], weight, buffer)  # (r, V)
-            label_logit = z.gather(1, labels[block, None])[:, 0]  # (r,)
-            peak = z.amax(dim=1)  # (r,)
-            z.sub_(peak[:, None])  # z − max: exp cannot overflow
-            if want_entropy:
-                # Σ p·z = Σ e·(z − max) / Σ e, with e = exp(z − max), as a batched dot (no temporary)
-                shifted_exp = torch.exp(z)
-                sum_exp = shifted_exp.sum(dim=1)
-                weighted = torch.bmm(shifted_exp[:, None, :], z[:, :, None])[:, 0, 0]
-                entropy[block] = sum_exp.log() - weighted / sum_exp
-            else:
-                sum_exp = z.exp_().sum(dim=1)
+            block, y = slice(start, start + rows), labels[start:start + rows]
+            peak = sum_exp = weighted = None  # running max, Σ exp(z − max), Σ exp(z − max)·(z − max)
+            for first in range(0, vocab, width):
+                z = _block_logits(hidden[block], weight[first:first + width], buffer)  # (r, w)
+                in_tile = (y >= first) & (y < first + z.shape[1])
+                if bool(in_tile.any()):
+                    label_rows = in_tile.nonzero()[:, 0]
+                    log_probs[start + label_rows] = z[label_rows, y[label_rows] - first]
+                tile_peak = z.amax(dim=1)
+                new_peak = tile_peak if peak is None else torch.maximum(peak, tile_peak)
+                z.sub_(new_peak[:, None])  # z − max: exp cannot overflow
+                tile_exp = torch.exp(z) if want_entropy else z.exp_()
+                tile_sum = tile_exp.sum(dim=1)
+                if want_entropy:
+                    tile_weighted = torch.bmm(tile_exp[:, None, :], z[:, :, None])[:, 0, 0]  # Σ e·(z − max)
+                if peak is None:
+                    sum_exp, weighted = tile_sum, tile_weighted if want_entropy else None
+                else:
+                    scale, shift = torch.exp(peak - new_peak), new_peak - peak
+                    if want_entropy:  # re-express the old Σ e·(z − max) relative to the new max
+                        weighted = scale * (weighted - shift * sum_exp) + tile_weighted
+                    sum_exp = scale * sum_exp + tile_sum
+                peak = new_peak
             log_normalizer[block] = peak + sum_exp.log()
-            log_probs[block] = label_logit - log_normalizer[block]
-        ctx.rows = rows
+            log_probs[block] -= log_normalizer[block]
+            if want_entropy:
+                entropy[block] = sum_exp.log() - weighted / sum_exp
+        ctx.budget = budget
         ctx.save_for_backward(hidden, weight, labels, log_normalizer)
         if entropy is not None:
             ctx.mark_non_differentiable(entropy)
@@ -136,29 +151,43 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, labels, log_normalizer = ctx.saved_tensors
-        rows, (count, vocab) = ctx.rows, (hidden.shape[0], weight.shape[0])
-        buffer = torch.empty(min(rows, count), vocab, dtype=log_normalizer.dtype, device=hidden.device)
-        grad_hidden = torch.empty_like(hidden)  # (N, H)
-        grad_weight = torch.zeros(weight.shape, dtype=log_normalizer.dtype, device=weight.device)  # (V, H)
-        grad_log_probs = grad_log_probs.to(log_normalizer.dtype)
+        count, vocab = hidden.shape[0], weight.shape[0]
+        rows, width = _tile_shape(count, vocab, ctx.budget)
+        compute_dtype = log_normalizer.dtype
+        buffer = torch.empty(rows * width, dtype=compute_dtype, device=hidden.device)
+        grad_hidden = torch.zeros(hidden.shape, dtype=compute_dtype, device=hidden.device)  # (N, H)
+        grad_weight = torch.zeros(weight.shape, dtype=compute_dtype, device=weight.device)  # (V, H)
+        grad_log_probs = grad_log_probs.to(compute_dtype)
         for start in range(0, count, rows):
-            block = slice(start, start + rows)
+            block, y = slice(start, start + rows), labels[start:start + rows]
             g = grad_log_probs[block, None]  # (r, 1)
-            grad_logits = _block_logits(hidden[block], weight, buffer)  # (r, V)
-            grad_logits.sub_(log_normalizer[block, None]).exp_().mul_(-g)  # −g · softmax
-            grad_logits.scatter_add_(1, labels[block, None], g)  # + g · onehot(y)
-            grad_logits = grad_logits.to(hidden.dtype)
-            torch.mm(grad_logits, weight, out=grad_hidden[block])
-            if hidden.dtype == grad_weight.dtype:
-                grad_weight.addmm_(grad_logits.t(), hidden[block])
-            else:  # half precision: each block's product in its dtype, the sum over blocks in float32
-                grad_weight.add_(grad_logits.t() @ hidden[block])
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+            for first in range(0, vocab, width):
+                tile = slice(first, first + width)
+                grad_logits = _block_logits(hidden[block], weight[tile], buffer)  # (r, w)
+                grad_logits.sub_(log_normalizer[block, None]).exp_().mul_(-g)  # −g · softmax
+                in_tile = (y >= first) & (y < first + grad_logits.shape[1])
+                if bool(in_tile.any()):  # + g · onehot(y)
+                    label_rows = in_tile.nonzero()[:, 0]
+                    grad_logits[label_rows, y[label_rows] - first] += g[label_rows, 0]
+                grad_logits = grad_logits.to(hidden.dtype)
+                grad_weight[tile].add_((grad_logits.t() @ hidden[block]).to(compute_dtype))
+                grad_hidden[block].add_((grad_logits @ weight[tile]).to(compute_dtype))
+        return grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype), None, None, None
+
+
+# Rows per tile at most: all B · T positions of a usual batch at once, so the matmuls stay large.
+_MAX_TILE_ROWS = 4096
+
+
+def _tile_shape(count: int, vocab: int, budget: int) -> tuple[int, int]:
+    """(rows, vocabulary slice) of one tile of logits: rows · slice <= max(budget, 1)."""
+    rows = max(1, min(count, _MAX_TILE_ROWS, budget))
+    return rows, max(1, min(vocab, budget // rows))
 
 
 def _block_logits(hidden: torch.Tensor, weight: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-    """hidden Wᵀ (r, H) → (r, V), written into `buffer` (upcast there from half precision)."""
-    out = buffer[: hidden.shape[0]]
+    """hidden Wᵀ (r, H) x (w, H) → (r, w), written into the flat `buffer` (upcast from half precision)."""
+    out = buffer[: hidden.shape[0] * weight.shape[0]].view(hidden.shape[0], weight.shape[0])
     if hidden.dtype == buffer.dtype:
         return torch.mm(hidden, weight.t(), out=out)
     return out.copy_(hidden @ weight.t())
@@ -240,9 +269,9 @@ def get_response_log_probs(
         decoder, head = _decoder_and_head(model)
         hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
         batch, positions = labels.shape
+        budget = batch * chunk * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most
         log_probs, entropy = _ChunkedHeadLogProb.apply(
-            hidden.reshape(batch * positions, -1), head.weight, labels.reshape(-1), batch * chunk,
-            return_token_entropy)
+            hidden.reshape(batch * positions, -1), head.weight, labels.reshape(-1), budget, return_token_entropy)
         log_probs = log_probs.view(batch, positions)
         entropy = entropy.view(batch, positions) if return_token_entropy else None
 

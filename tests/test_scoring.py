@@ -161,45 +161,44 @@ def test_bf16_model_is_scored_in_fp32(make_model, batch, chunk):
 # ----------------------------------------------------------------------------- chunk size argument
 
 
-def _head_call_widths(model, batch, chunk, monkeypatch):
-    """Positions per output-head call: the module's own call, or a block of the chunked Function."""
+def _largest_logits_block(model, batch, chunk, monkeypatch):
+    """The most logits one output-head call made: the module's own call, or a tile of the chunked one."""
     import course.scoring
 
-    widths, rows = [], batch["labels"].shape[0]
+    sizes = []
     block_logits = course.scoring._block_logits
 
     def spy(hidden, weight, buffer):
-        widths.append(hidden.shape[0] // rows)  # blocks are B · chunk rows
+        sizes.append(hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
         return block_logits(hidden, weight, buffer)
 
     monkeypatch.setattr(course.scoring, "_block_logits", spy)
     hook = model.get_output_embeddings().register_forward_hook(
-        lambda module, args, output: widths.append(args[0].shape[1]))
+        lambda module, args, output: sizes.append(output.numel()))
     try:
         out = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=chunk)
         out["log_probs"].sum().backward()  # recomputation in backward calls the head again
     finally:
         hook.remove()
-    return widths, out
+    return max(sizes), len(sizes), out
 
 
 def test_chunk_size_none_reads_model_config(make_model, batch, monkeypatch):
     model = make_model(torch.float64)
-    T = batch["labels"].shape[1]  # 20
-    widths, _ = _head_call_widths(model, batch, None, monkeypatch)  # no config attribute: plain forward
-    assert max(widths) == T
+    B, T = batch["labels"].shape  # (3, 20)
+    V = model.config.vocab_size  # 103
+    largest, _, _ = _largest_logits_block(model, batch, None, monkeypatch)  # no config attribute: plain
+    assert largest == B * T * V
     model.config.grpo_logits_chunk_size = 5
-    widths, out = _head_call_widths(model, batch, None, monkeypatch)
-    assert widths == [5] * 4 * 2  # B · T = 60 rows in blocks of B · 5 = 15, each recomputed in backward
+    largest, calls, out = _largest_logits_block(model, batch, None, monkeypatch)
+    assert largest <= B * 5 * V and calls >= 2 * 4  # at most one (B, 5, V) block at a time, fwd + bwd
     expected = response_log_probs(model, batch["input_ids"], batch["labels"])
     torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
     model.config.grpo_logits_chunk_size = 0
-    widths, _ = _head_call_widths(model, batch, None, monkeypatch)
-    assert max(widths) == T
+    assert _largest_logits_block(model, batch, None, monkeypatch)[0] == B * T * V
     # an explicit argument wins over the config
     model.config.grpo_logits_chunk_size = 5
-    widths, _ = _head_call_widths(model, batch, 0, monkeypatch)
-    assert max(widths) == T
+    assert _largest_logits_block(model, batch, 0, monkeypatch)[0] == B * T * V
     model.config.grpo_logits_chunk_size = -2
     with pytest.raises(ValueError, match="logits_chunk_size"):
         get_response_log_probs(model, batch["input_ids"], batch["labels"])
@@ -313,3 +312,16 @@ def test_logprob_benchmark_refuses_cuda_without_a_gpu():
     done = subprocess.run([sys.executable, str(BENCHMARK), *TOY, "--device", "cuda"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "--device cuda: torch sees no CUDA device" in done.stderr
+
+
+def test_chunked_tiles_of_few_rows_match_plain(make_model, batch, monkeypatch):
+    # long batches split the rows too (B · T > 4096); here 7 rows a tile: partial row and vocab tiles
+    import course.scoring
+
+    monkeypatch.setattr(course.scoring, "_MAX_TILE_ROWS", 7)
+    model = make_model(torch.float64)
+    plain, plain_grads = _values_and_gradients(model, batch, 0)
+    chunked, chunked_grads = _values_and_gradients(model, batch, 2)
+    torch.testing.assert_close(chunked["log_probs"], plain["log_probs"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(chunked["token_entropy"], plain["token_entropy"], rtol=0, atol=1e-12)
+    assert relative_difference(chunked_grads, plain_grads) < 1e-10
