@@ -1,20 +1,24 @@
-"""Log-prob scoring three ways: peak extra memory and time of forward + backward.
+"""Log-prob scoring the ways a user would pick: peak extra memory and time of forward + backward.
 
   log_softmax  model(x).logits → full (B, T, V) log_softmax → gather        (the textbook way)
+  trl          model(x).logits → trl.trainer.utils.selective_log_softmax    (what TRL's GRPOTrainer uses)
   gather_lse   model(x).logits → gather − logsumexp                         (get_response_log_probs, chunk 0)
   chunked      decoder → output head over `--chunk` positions at a time,
                recomputed in backward                                        (get_response_log_probs, chunk > 0)
 
 At a realistic vocabulary (OLMo 2's 50304 by default) the (B, T, V) logits dominate: the first
-two keep them (and their gradient) alive, the chunked head only one (B, chunk, V) block at a time.
-Idea: Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009); Liger-Kernel's fused linear
-cross-entropy.
+three keep them (and their gradient) alive, the chunked head only one (B, chunk, V) block at a time.
+The chunk is chosen by bytes (`--block-mib`, one float32 block of logits), not by positions: what
+fits depends on B and V. Idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv
+2410.10989); Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009). TRL is optional
+(`pip install -e ".[bench]"`); without it its row says so.
 
 Each method runs in a fresh subprocess so that allocator caches from one cannot hide another's peak.
 Peak extra memory is measured around one forward + backward (parameter gradients included):
   cpu   peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs) minus RSS before;
   cuda  torch.cuda.max_memory_allocated minus memory_allocated before.
-Time is the median of `--repeats` further forward + backward passes.
+Time is the median of `--repeats` further forward + backward passes. Results are compared with the
+log_softmax path: log-probs and the output head's gradient.
 
     python benchmarks/bench_logprobs.py                      # CPU, V = 50304
     python benchmarks/bench_logprobs.py --device cuda --batch 16 --seq 1024
@@ -23,6 +27,7 @@ Time is the median of `--repeats` further forward + backward passes.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -34,7 +39,7 @@ import time
 
 import torch
 
-METHODS = ("log_softmax", "gather_lse", "chunked")
+METHODS = ("log_softmax", "trl", "gather_lse", "chunked")
 
 
 def _rss_kib(field: str) -> int:
@@ -45,12 +50,27 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status (Linux only)")
 
 
+def trl_available() -> bool:
+    return importlib.util.find_spec("trl") is not None
+
+
+def chunk_for(args: argparse.Namespace) -> int:
+    """Positions per block: the most whose float32 (B, chunk, V) logits fit in `--block-mib`."""
+    if args.chunk:
+        return args.chunk
+    return max(1, int(args.block_mib * 2**20) // (args.batch * args.vocab * 4))
+
+
 def _score(method: str, model, input_ids, labels, chunk: int) -> torch.Tensor:
     from course import get_response_log_probs
 
     if method == "log_softmax":
         logits = model(input_ids).logits  # (B, T, V)
         return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[..., None])[..., 0]
+    if method == "trl":
+        from trl.trainer.utils import selective_log_softmax
+
+        return selective_log_softmax(model(input_ids).logits, labels)  # (B, T)
     size = 0 if method == "gather_lse" else chunk
     return get_response_log_probs(model, input_ids, labels, logits_chunk_size=size)["log_probs"]
 
@@ -71,14 +91,16 @@ def run_one(args: argparse.Namespace, method: str, output: str) -> None:
     input_ids, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
     weights = torch.randn(args.batch, args.seq, generator=generator).to(device)
 
+    chunk = chunk_for(args)
+
     def forward_backward():
-        log_probs = _score(method, model, input_ids, labels, args.chunk)
+        log_probs = _score(method, model, input_ids, labels, chunk)
         (log_probs * weights).sum().backward()
         return log_probs.detach()
 
     # warm up on one short row: lazy initialization and the parameter-gradient buffers (the same for
     # every method) are allocated here, so the measurement below is the scoring's own extra memory
-    _score(method, model, input_ids[:1, : args.chunk], labels[:1, : args.chunk], args.chunk).sum().backward()
+    _score(method, model, input_ids[:1, :chunk], labels[:1, :chunk], chunk).sum().backward()
     model.zero_grad(set_to_none=False)
 
     if device.type == "cuda":
@@ -117,7 +139,8 @@ def describe_machine(device: str) -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.system()}"
+    text = (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.system()}, "
+            f"load average {os.getloadavg()[0]:.1f}")
     if device == "cuda":
         text += f", GPU {torch.cuda.get_device_name()}"
     return text
@@ -133,8 +156,10 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--chunk", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--block-mib", type=float, default=8.0,
+                        help="bytes of one float32 block of logits in the chunked head (default: 8 MiB)")
+    parser.add_argument("--chunk", type=int, default=0, help="positions per block (overrides --block-mib)")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)  # subprocess mode
     parser.add_argument("--output", help=argparse.SUPPRESS)
@@ -143,9 +168,15 @@ def main() -> None:
         run_one(args, args.method, args.output)
         return
 
+    if min(args.vocab, args.hidden, args.layers, args.heads, args.batch, args.seq, args.repeats) < 1 \
+            or args.chunk < 0 or args.block_mib <= 0:
+        parser.error("sizes, --repeats and --block-mib must be positive (--chunk non-negative)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    methods = [m for m in METHODS if m != "trl" or trl_available()]
     results = {}
     with tempfile.TemporaryDirectory() as directory:
-        for method in METHODS:
+        for method in methods:
             output = os.path.join(directory, f"{method}.pt")
             # glibc would keep freed (B, T, V) blocks in its heap and RSS would not fall; serving every
             # block over 1 MiB with mmap returns it on free, so peak RSS tracks live tensors
@@ -153,25 +184,40 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, *sys.argv[1:], "--method", method,
                             "--output", output], check=True, env=environment)
             results[method] = torch.load(output)
+    print_table(args, results)
 
+
+def print_table(args: argparse.Namespace, results: dict) -> None:
     reference = results["log_softmax"]
+    chunk = chunk_for(args)
     logits_mib = args.batch * args.seq * args.vocab * 4 / 2**20
     print(f"machine: {describe_machine(args.device)}")
     print(f"device {args.device}, {args.dtype} OLMo2 hidden {args.hidden} x {args.layers} layers, "
-          f"V = {args.vocab}, B = {args.batch}, T = {args.seq}, chunk = {args.chunk}; "
-          f"one fp32 (B, T, V) tensor = {logits_mib:.0f} MiB")
+          f"V = {args.vocab}, B = {args.batch}, T = {args.seq}, chunk = {chunk} positions "
+          f"({args.batch * chunk * args.vocab * 4 / 2**20:.1f} MiB of logits); "
+          f"one fp32 (B, T, V) tensor = {logits_mib:.0f} MiB; {args.threads} threads")
     print(f"{'method':<12} {'peak extra MiB':>15} {'vs log_softmax':>15} {'fwd+bwd s':>10} "
-          f"{'max |Δ log p|':>14} {'max |Δ grad|':>13}")
-    for method, result in results.items():
+          f"{'vs log_softmax':>15} {'max |Δ log p|':>14} {'max |Δ grad|':>13}")
+    reference_seconds = statistics.median(reference["seconds"])
+    for method in METHODS:
+        if method not in results:
+            print(f"{method:<12} not installed: pip install -e '.[bench]' to compare with TRL")
+            continue
+        result = results[method]
+        seconds = statistics.median(result["seconds"])
         print(f"{method:<12} {result['peak_extra'] / 2**20:>15.0f} "
-              f"{result['peak_extra'] / reference['peak_extra']:>15.3f} "
-              f"{statistics.median(result['seconds']):>10.2f} "
+              f"{result['peak_extra'] / reference['peak_extra']:>15.3f} {seconds:>10.2f} "
+              f"{seconds / reference_seconds:>15.2f} "
               f"{(result['log_probs'] - reference['log_probs']).abs().max().item():>14.2e} "
               f"{(result['head_grad'] - reference['head_grad']).abs().max().item():>13.2e}")
-    ratio = results["chunked"]["peak_extra"] / results["gather_lse"]["peak_extra"]
-    print(json.dumps({"chunked_over_plain_peak": round(ratio, 4),
-                      "chunked_over_log_softmax_peak": round(
-                          results["chunked"]["peak_extra"] / reference["peak_extra"], 4)}))
+    chunked = results["chunked"]
+    summary = {"chunked_over_log_softmax_peak": chunked["peak_extra"] / reference["peak_extra"],
+               "chunked_over_log_softmax_time": statistics.median(chunked["seconds"]) / reference_seconds}
+    if "trl" in results:
+        summary["chunked_over_trl_peak"] = chunked["peak_extra"] / results["trl"]["peak_extra"]
+        summary["chunked_over_trl_time"] = (statistics.median(chunked["seconds"])
+                                            / statistics.median(results["trl"]["seconds"]))
+    print(json.dumps({key: round(value, 4) for key, value in summary.items()}))
 
 
 if __name__ == "__main__":

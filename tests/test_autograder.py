@@ -96,6 +96,8 @@ MUTANTS = {
     # constants that satisfy a property check are paid nothing without their value check
     "tis_zeros": ("truncated_importance_weights", "carry no gradient", "paid only when"),
     "train_step_no_update": ("grpo_train_step", "leaves no gradients behind", "paid only when"),
+    "chunk_no_recompute": ("get_response_log_probs", "saves about one chunk of logits",
+                           "recompute each chunk's logits in backward"),
 }
 # submissions that implement nothing, whatever they raise or return: at most 5% of the points
 DO_NOTHING = ("raises_value_error", "returns_zeros", "not_implemented")

@@ -1,6 +1,10 @@
 """compute_entropy and get_response_log_probs, plain and chunked."""
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +21,7 @@ OUTPUTS = ["3", "<answer>82</answer>", "<think>9*9</think> 81"]
 
 @pytest.fixture
 def batch(tokenizer):
-    return tokenize(PROMPTS, OUTPUTS, tokenizer)  # (3, 23)
+    return tokenize(PROMPTS, OUTPUTS, tokenizer)  # (3, 20)
 
 
 # ----------------------------------------------------------------------------- entropy
@@ -107,7 +111,7 @@ def _values_and_gradients(model, batch, chunk):
     return out, grads
 
 
-@pytest.mark.parametrize("chunk", [1, 4, 7, 23, 64])
+@pytest.mark.parametrize("chunk", [1, 4, 7, 20, 64])
 def test_chunked_matches_plain_values_and_gradients_fp32(make_model, batch, chunk):
     model = make_model(torch.float32)
     plain, plain_grads = _values_and_gradients(model, batch, 0)
@@ -157,35 +161,44 @@ def test_bf16_model_is_scored_in_fp32(make_model, batch, chunk):
 # ----------------------------------------------------------------------------- chunk size argument
 
 
-def _head_call_widths(model, batch, chunk):
-    widths = []
+def _largest_logits_block(model, batch, chunk, monkeypatch):
+    """The most logits one output-head call made: the module's own call, or a tile of the chunked one."""
+    import course.scoring
+
+    sizes = []
+    block_logits = course.scoring._block_logits
+
+    def spy(hidden, weight, buffer):
+        sizes.append(hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
+        return block_logits(hidden, weight, buffer)
+
+    monkeypatch.setattr(course.scoring, "_block_logits", spy)
     hook = model.get_output_embeddings().register_forward_hook(
-        lambda module, args, output: widths.append(args[0].shape[1]))
+        lambda module, args, output: sizes.append(output.numel()))
     try:
         out = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=chunk)
         out["log_probs"].sum().backward()  # recomputation in backward calls the head again
     finally:
         hook.remove()
-    return widths, out
+    return max(sizes), len(sizes), out
 
 
-def test_chunk_size_none_reads_model_config(make_model, batch):
+def test_chunk_size_none_reads_model_config(make_model, batch, monkeypatch):
     model = make_model(torch.float64)
-    T = batch["labels"].shape[1]  # 23
-    widths, _ = _head_call_widths(model, batch, None)  # no config attribute: plain forward
-    assert max(widths) == T
+    B, T = batch["labels"].shape  # (3, 20)
+    V = model.config.vocab_size  # 103
+    largest, _, _ = _largest_logits_block(model, batch, None, monkeypatch)  # no config attribute: plain
+    assert largest == B * T * V
     model.config.grpo_logits_chunk_size = 5
-    widths, out = _head_call_widths(model, batch, None)
-    assert max(widths) <= 5 and sum(widths) >= T  # ceil(23 / 5) = 5 calls forward (+ recomputation)
+    largest, calls, out = _largest_logits_block(model, batch, None, monkeypatch)
+    assert largest <= B * 5 * V and calls >= 2 * 4  # at most one (B, 5, V) block at a time, fwd + bwd
     expected = response_log_probs(model, batch["input_ids"], batch["labels"])
     torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
     model.config.grpo_logits_chunk_size = 0
-    widths, _ = _head_call_widths(model, batch, None)
-    assert max(widths) == T
+    assert _largest_logits_block(model, batch, None, monkeypatch)[0] == B * T * V
     # an explicit argument wins over the config
     model.config.grpo_logits_chunk_size = 5
-    widths, _ = _head_call_widths(model, batch, 0)
-    assert max(widths) == T
+    assert _largest_logits_block(model, batch, 0, monkeypatch)[0] == B * T * V
     model.config.grpo_logits_chunk_size = -2
     with pytest.raises(ValueError, match="logits_chunk_size"):
         get_response_log_probs(model, batch["input_ids"], batch["labels"])
@@ -267,3 +280,48 @@ def test_mismatched_shapes_raise(make_model, batch):
     model = make_model(torch.float64)
     with pytest.raises(ValueError, match="labels|input_ids"):
         get_response_log_probs(model, batch["input_ids"], batch["labels"][:, :-1])
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_logprobs.py"
+TOY = ["--vocab", "512", "--hidden", "16", "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16",
+       "--block-mib", "0.01", "--repeats", "1", "--threads", "1"]
+
+
+@pytest.mark.slow
+def test_logprob_benchmark_runs_every_method_at_toy_size():
+    # the CPU path of the benchmark, end to end: one subprocess per method, equal results, a summary
+    done = subprocess.run([sys.executable, str(BENCHMARK), *TOY], capture_output=True, text=True,
+                          timeout=600, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and "torch" in lines[0] and "cores" in lines[0]
+    assert "chunk = 2 positions" in lines[1]                   # 0.01 MiB / (2 · 512 · 4 bytes) = 2
+    rows = {line.split()[0]: line.split() for line in lines[3:-1]}
+    assert set(rows) == {"log_softmax", "trl", "gather_lse", "chunked"}
+    for method in ("gather_lse", "chunked"):
+        assert float(rows[method][-2]) < 1e-5 and float(rows[method][-1]) < 1e-5   # same log p, same grad
+    summary = json.loads(lines[-1])
+    assert {"chunked_over_log_softmax_peak", "chunked_over_log_softmax_time"} <= set(summary)
+
+
+def test_logprob_benchmark_refuses_cuda_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = subprocess.run([sys.executable, str(BENCHMARK), *TOY, "--device", "cuda"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "--device cuda: torch sees no CUDA device" in done.stderr
+
+
+def test_chunked_tiles_of_few_rows_match_plain(make_model, batch, monkeypatch):
+    # long batches split the rows too (B · T > 4096); here 7 rows a tile: partial row and vocab tiles
+    import course.scoring
+
+    monkeypatch.setattr(course.scoring, "_MAX_TILE_ROWS", 7)
+    model = make_model(torch.float64)
+    plain, plain_grads = _values_and_gradients(model, batch, 0)
+    chunked, chunked_grads = _values_and_gradients(model, batch, 2)
+    torch.testing.assert_close(chunked["log_probs"], plain["log_probs"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(chunked["token_entropy"], plain["token_entropy"], rtol=0, atol=1e-12)
+    assert relative_difference(chunked_grads, plain_grads) < 1e-10

@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
+from course.compare import main as compare_main
 from course.models import load_model_and_tokenizer
 from course.plotting import read_metrics
 from course.rollout import evaluate
@@ -163,3 +164,71 @@ def test_warm_start_script_is_seeded_and_reproducible(tmp_path):
     for name, tensor in first.items():
         assert torch.equal(again[name], tensor) and torch.equal(rerun[name], tensor), name
     assert any(not torch.equal(other[name], tensor) for name, tensor in first.items())
+
+
+def test_cuda_device_without_a_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="device 'cuda'.*no CUDA device"):
+        train(small(device="cuda"), None, progress=False)
+    with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
+        train(small(device="tpu"), None, progress=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_run_trains_and_saves_cpu_weights(tmp_path):
+    summary = train(small(device="cuda"), tmp_path, progress=False)
+    assert 0 <= summary["accuracy_after"] <= 1
+    assert all(t.device.type == "cpu" for t in torch.load(tmp_path / "policy.pt").values())
+
+
+# ----------------------------------------------------------------------------- course.compare
+
+TINY_COMPARE = ["--steps", "2", "--prompts-per-step", "2", "--group-size", "2", "--eval-problems", "4",
+                "--eval-samples", "1", "--eval-every", "1"]
+
+
+def test_compare_writes_figure_and_table(tmp_path, capsys):
+    compare_main(["--out", str(tmp_path), "--losses", "none", "gspo", "--normalizations", "sequence", "token",
+                  "--seeds", "0", "1", *TINY_COMPARE])
+    result = json.loads((tmp_path / "compare.json").read_text())
+    assert [r["variant"] for r in result["rows"]] == ["none / sequence", "none / token", "gspo / sequence",
+                                                     "gspo / token"]
+    assert all(r["seeds"] == 2 and [s for s, _ in r["curve"]] == [0, 1, 2] for r in result["rows"])
+    assert result["config"]["updates_per_rollout"] == 2 and result["config"]["steps"] == 2
+    # eight runs, each a complete course.train folder, same seeds for every variant
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert folders == sorted(f"{loss}-{norm}-seed{seed}" for loss in ("none", "gspo")
+                             for norm in ("sequence", "token") for seed in (0, 1))
+    # the same seed starts from the same held-out accuracy whatever the loss
+    before = {r["variant"]: r["sampled before"] for r in result["rows"]}
+    assert len(set(before.values())) == 1
+    table = (tmp_path / "compare.md").read_text()
+    assert "| gspo / token | 2 |" in table and "sampled after" in table
+    assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--losses", "ppo"], "--losses: invalid choice: 'ppo'"),
+    (["--normalizations", "batch"], "--normalizations: invalid choice: 'batch'"),
+    (["--seeds", "-1"], "--seeds must be non-negative"),
+    (["--steps", "x"], "--steps: invalid int value"),
+    (["--eval-problems", "0"], "eval_problems"),
+    (["--loss", "grpo"], "unrecognized arguments: --loss"),   # set per run, not a common flag
+])
+def test_compare_rejects_bad_flags_by_name(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        compare_main(["--out", str(tmp_path / "new"), *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()                              # nothing written
+
+
+def test_compare_never_writes_into_a_used_folder(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("a student's notes")
+    with pytest.raises(SystemExit):
+        compare_main(["--out", str(tmp_path), *TINY_COMPARE])
+    assert "is not empty" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -12,6 +12,7 @@ import io
 import os
 import tempfile
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -70,6 +71,51 @@ def _requires_grad(x, prefix: str = "") -> dict:
     return flags
 
 
+class SavedBytes:
+    """Bytes of the distinct storages autograd saves for backward while this context is active and
+    still holds at the end, not counting storages the caller already owns (tensors among `inputs`, a
+    model's parameters and buffers). Counted with `torch.autograd.graph.saved_tensors_hooks`, so it
+    works on any device; what `torch.utils.checkpoint` recomputes is never handed to these hooks."""
+
+    def __init__(self, inputs):
+        self.owned = {t.untyped_storage().data_ptr() for t in _owned_tensors(inputs)}
+        self.saved = []  # (weak reference to the saved tensor, storage address, storage bytes)
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in self.owned:
+            self.saved.append((weakref.ref(t), storage.data_ptr(), storage.nbytes()))
+        return t
+
+    def __enter__(self):
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.hooks.__exit__(*exc)
+
+    def total(self) -> int:
+        alive = {address: size for ref, address, size in self.saved if ref() is not None}
+        return sum(alive.values())
+
+
+def _owned_tensors(value, depth: int = 0):
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, torch.nn.Module):
+        yield from value.parameters()
+        yield from value.buffers()
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _owned_tensors(v, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _owned_tensors(v, depth + 1)
+
+
 def get_path(output, path: str):
     for part in filter(None, path.split(".")):
         output = output[int(part)] if isinstance(output, (list, tuple)) else output[part]
@@ -103,10 +149,13 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
-        with torch.no_grad() if request.get("no_grad") else contextlib.nullcontext():
+        saved = SavedBytes(kwargs) if request.get("count_saved_bytes") else contextlib.nullcontext()
+        with torch.no_grad() if request.get("no_grad") else contextlib.nullcontext(), saved:
             output = function(**kwargs)
         response = {"status": "ok", "output": to_plain(output),
                     "requires_grad": _requires_grad(output)}
+        if request.get("count_saved_bytes"):
+            response["saved_bytes"] = saved.total()
         backward = request.get("backward")
         if backward is not None:
             target = get_path(output, backward["path"])

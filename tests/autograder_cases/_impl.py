@@ -9,6 +9,7 @@ documented contracts (the module docstrings of `course`), not from `course`'s co
 import math
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 
 def build(bug: str = "") -> dict:
@@ -48,6 +49,22 @@ def build(bug: str = "") -> dict:
         size = getattr(getattr(model, "config", None), "grpo_logits_chunk_size", 0) if logits_chunk_size is None else logits_chunk_size
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"logits_chunk_size must be a non-negative int, got {size!r}")
+        if size > 0:  # the head over `size` positions at a time, recomputed in backward
+            hidden = model.model(input_ids=input_ids).last_hidden_state  # (B, T, H)
+
+            def chunk_log_probs(h, y):
+                z = model.lm_head(h)  # (B, c, V)
+                z = z.float() if z.dtype in (torch.float16, torch.bfloat16) else z
+                return z.gather(-1, y[..., None])[..., 0] - torch.logsumexp(z, -1)
+
+            spans = range(0, input_ids.shape[1], size)
+            out = {"log_probs": torch.cat([checkpoint(chunk_log_probs, hidden[:, s:s + size], labels[:, s:s + size],
+                                                      use_reentrant=False) for s in spans], dim=1)}
+            if return_token_entropy:
+                with torch.no_grad():
+                    out["token_entropy"] = torch.cat(
+                        [compute_entropy(model.lm_head(hidden[:, s:s + size])) for s in spans], dim=1)
+            return out
         logits = model(input_ids).logits
         if logits.dtype in (torch.float16, torch.bfloat16) and bug != "half_log_softmax":
             logits = logits.float()

@@ -11,6 +11,7 @@ from autograder.protocol.markers import build_model, build_tokenizer, model_mark
 from autograder.trusted.checks.common import generator, rng, run_reference
 from autograder.trusted.core import (
     BFLOAT16,
+    FLOAT32_CHUNKS,
     LARGE_LOGITS,
     MODEL,
     Fail,
@@ -23,6 +24,7 @@ from autograder.trusted.core import (
     tensor,
 )
 from autograder.trusted.grader import judge_cases
+from autograder.untrusted.probes import SavedBytes  # counts the trusted model's own activations
 
 ENTROPY = "compute_entropy"
 LOG_PROBS = "get_response_log_probs"
@@ -212,3 +214,39 @@ def chunked_memory(ctx) -> None:
                    f"against {peaks[0] / 2**20:.0f} MiB unchunked ({logits_bytes / 2**20:.0f} MiB of logits): "
                    "run the output head chunk by chunk inside torch.utils.checkpoint so that backward "
                    "recomputes each chunk instead of keeping all of them")
+
+
+def _decoder_saved_bytes(inputs: dict) -> int:
+    """What the model's decoder alone saves for backward on `inputs` (trusted: the course's model)."""
+    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"], vocab_size=inputs["model"]["vocab_size"])
+    with SavedBytes({"model": model, "input_ids": inputs["input_ids"]}) as saved:
+        hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
+    return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
+
+
+@check(LOG_PROBS, "chunked scoring saves about one chunk of logits for backward (any device)", points=1)
+def chunked_saved_bytes(ctx) -> None:
+    """Counted with saved-tensor hooks, so a chunked path that keeps every chunk's logits for
+    backward (correct values, no memory saved) loses this point on a CPU too."""
+    g = generator(ctx.grader.seed)
+    batch, positions, vocab, chunk = 2, 128, 8192, 8
+    ids = torch.randint(7, 100, (batch, positions + 1), generator=g)
+    inputs = {"model": model_marker(0, "float32", vocab_size=vocab), "input_ids": ids[:, :-1],
+              "labels": ids[:, 1:]}
+    response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": chunk}, count_saved_bytes=True)
+    log_probs = field(response["output"], "log_probs", "the result")
+    compare(log_probs, run_reference(LOG_PROBS, inputs)["log_probs"], f"log_probs with logits_chunk_size={chunk}",
+            tolerance=FLOAT32_CHUNKS)
+    if not response["requires_grad"].get("log_probs", False):
+        raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")
+    chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
+    allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16  # + (B, T) vectors
+    saved = response.get("saved_bytes")
+    if type(saved) is not int or saved < 0:  # the worker's answer is data to check, not to trust
+        raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte count")
+    if saved > allowed:
+        raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
+                   f"more than the decoder's activations plus about one chunk of logits "
+                   f"({allowed / 2**20:.2f} MiB; all the logits are {batch * positions * vocab * 4 / 2**20:.0f} MiB): "
+                   "recompute each chunk's logits in backward (torch.utils.checkpoint around the head and "
+                   "normalizer of a chunk, or a custom autograd.Function) instead of keeping them")

@@ -1,0 +1,154 @@
+"""The loss variants side by side: notebook 07's experiment, rerunnable from the command line.
+
+    python -m course.compare --out runs/compare                       # 5 losses x 2 normalizations, minutes
+    python -m course.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50   # the full one
+
+Every (loss, normalization, seed) is one `course.train` run; everything else is equal, and the
+seeds fix the problems and the sampling noise, so two variants differ only by their loss. The losses
+are those of `course.losses` (none = REINFORCE with the group baseline; noclip; grpo = PPO clip,
+Shao et al. 2024, arXiv 2402.03300; gspo, Zheng et al. 2025, arXiv 2507.18071; cispo, MiniMax 2025,
+arXiv 2506.13585), the normalizations those of `course.aggregation` (sequence = GRPO, token = DAPO).
+With one update per rollout the policy never leaves its sampler, the importance ratio is 1 and
+noclip, grpo and cispo take the same step; the default here is two updates per rollout, so that
+the clipping the variants differ by actually acts.
+
+`--out DIR` gets one `course.train` folder per run, and `compare.png` (held-out sampled accuracy
+over steps, one curve per variant, mean over seeds, with the table beside it), `compare.md` (the
+table) and `compare.json` (every run's numbers and curve). A non-empty DIR is refused unless
+`--overwrite`: nothing a student ran before is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from course.train import (
+    CHOICES,
+    LOSSES,
+    NORMALIZATIONS,
+    TrainConfig,
+    add_config_arguments,
+    train,
+    validate,
+)
+
+# Fields of `TrainConfig` that this command sets per run (the others are common flags).
+PER_RUN = ("loss", "normalization", "seed")
+# Short by default: ten runs in a few minutes on a 2-core CPU. `--steps` etc. for the full experiment.
+DEFAULTS = dict(steps=60, updates_per_rollout=2, eval_problems=100, eval_samples=2, eval_every=20)
+COLUMNS = ("sampled before", "sampled after", "greedy after", "entropy", "KL", "wall s")
+STYLES = {"sequence": "-", "token": "--", "constant": ":"}
+
+
+def run_variants(base: TrainConfig, losses, normalizations, seeds, out: Path, log=print) -> list[dict]:
+    """Train every (loss, normalization, seed); one record per run with its held-out curve."""
+    runs = []
+    for loss in losses:
+        for normalization in normalizations:
+            for seed in seeds:
+                config = replace(base, loss=loss, normalization=normalization, seed=seed)
+                folder = out / f"{loss}-{normalization}-seed{seed}"
+                summary = train(config, folder, progress=False)
+                records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+                curve = [(0, summary["accuracy_before"])] + [
+                    (r["step"], r["heldout_accuracy_sampled"]) for r in records if "heldout_accuracy_sampled" in r]
+                runs.append({"loss": loss, "normalization": normalization, "seed": seed, "curve": curve,
+                             "entropy": records[-1]["token_entropy"] if records else float("nan"),
+                             "kl": records[-1]["kl_to_reference"] if records else 0.0,
+                             **{k: summary[k] for k in ("accuracy_before", "accuracy_after",
+                                                        "greedy_accuracy_after", "wall_seconds")}})
+                log(f"{loss:>6} {normalization:>8} seed {seed}: sampled {summary['accuracy_before']:.3f} -> "
+                    f"{summary['accuracy_after']:.3f}, greedy {summary['greedy_accuracy_after']:.3f}, "
+                    f"{summary['wall_seconds']:.0f} s")
+    return runs
+
+
+def table(runs: list[dict]) -> list[dict]:
+    """One row per (loss, normalization): means over seeds, and the mean curve."""
+    rows = []
+    for key in dict.fromkeys((r["loss"], r["normalization"]) for r in runs):
+        group = [r for r in runs if (r["loss"], r["normalization"]) == key]
+        steps = [step for step, _ in group[0]["curve"]]
+        rows.append({
+            "variant": f"{key[0]} / {key[1]}", "normalization": key[1], "seeds": len(group),
+            "curve": [(step, statistics.mean(r["curve"][i][1] for r in group)) for i, step in enumerate(steps)],
+            **dict(zip(COLUMNS, (statistics.mean(r[k] for r in group) for k in (
+                "accuracy_before", "accuracy_after", "greedy_accuracy_after", "entropy", "kl", "wall_seconds"))))})
+    return rows
+
+
+def _cells(row: dict) -> list[str]:
+    return [f"{row[c]:.0f}" if c == "wall s" else f"{row[c]:.3f}" for c in COLUMNS]
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| variant | seeds | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+    lines += [f"| {r['variant']} | {r['seeds']} | " + " | ".join(_cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], title: str, path: Path) -> Path:
+    """Curves on the left, the table on the right; a bare Figure (no pyplot, no display needed)."""
+    figure = Figure(figsize=(14, 5.5), layout="constrained")
+    curves, cells = figure.subplots(1, 2, width_ratios=(1, 1.25))
+    for row in rows:
+        steps, values = zip(*row["curve"])
+        curves.plot(steps, values, STYLES.get(row["normalization"], "-"), marker="o", markersize=3,
+                    label=row["variant"])
+    curves.set(title=title, xlabel="GRPO step", ylabel="held-out accuracy, sampled at τ = 1")
+    curves.grid(alpha=0.3)
+    curves.legend(fontsize=8)
+    cells.axis("off")
+    shown = ("variant",) + COLUMNS
+    text = [[row["variant"], *_cells(row)] for row in rows]
+    grid = cells.table(cellText=text, colLabels=shown,
+                       loc="center", cellLoc="right")
+    grid.auto_set_font_size(False)
+    grid.set_fontsize(8)
+    grid.scale(1, 1.3)
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m course.compare", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)  # --loss must not pass for --losses
+    parser.add_argument("--out", type=Path, default=Path("runs/compare"),
+                        help="folder for the runs, compare.png, compare.md and compare.json")
+    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    parser.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES))
+    parser.add_argument("--normalizations", nargs="+", choices=NORMALIZATIONS, default=["sequence", "token"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN)
+    parser.set_defaults(**DEFAULTS)
+    args = vars(parser.parse_args(argv))
+    out, overwrite = args.pop("out"), args.pop("overwrite")
+    losses, normalizations, seeds = args.pop("losses"), args.pop("normalizations"), args.pop("seeds")
+    if any(seed < 0 for seed in seeds):
+        parser.error(f"--seeds must be non-negative, got {seeds}")
+    base = TrainConfig(**args)
+    try:
+        validate(base, world_size=1)
+    except ValueError as error:
+        parser.error(str(error))
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        parser.error(f"--out {out} is not empty; choose another folder or pass --overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+
+    rows = table(run_variants(base, losses, normalizations, seeds, out))
+    title = (f"{base.steps} steps, {base.prompts_per_step}x{base.group_size} rollouts, lr {base.lr:g}, "
+             f"{base.updates_per_rollout} updates/rollout, seeds {' '.join(map(str, seeds))}")
+    (out / "compare.md").write_text(f"{title}\n\n{markdown(rows)}")
+    (out / "compare.json").write_text(json.dumps({"config": asdict(base), "seeds": seeds, "rows": rows}, indent=1))
+    plot(rows, title, out / "compare.png")
+    print(f"\n{title}\n\n{markdown(rows)}\nwrote {out / 'compare.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The CPU memory check of chunked scoring: saved-for-backward bytes, counted with saved-tensor hooks."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.api import grade
+from autograder.untrusted.probes import SavedBytes
+from course import get_response_log_probs
+from course.models import build_tiny_model
+
+CASES = Path(__file__).resolve().parent / "autograder_cases"
+CHECK = "chunked scoring saves about one chunk of logits"
+
+
+def _saved_bytes(model, input_ids, labels, chunk):
+    with SavedBytes({"model": model, "input_ids": input_ids, "labels": labels}) as saved:
+        out = get_response_log_probs(model, input_ids, labels, logits_chunk_size=chunk)
+    return saved.total(), out
+
+
+def test_saved_bytes_count_the_logits_only_when_they_are_kept():
+    # B = 2, T = 64, V = 4096: the (B, T, V) float32 logits are 2 MiB, a chunk of 4 positions 128 KiB
+    model = build_tiny_model(vocab_size=4096, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    ids = torch.randint(0, 4096, (2, 65), generator=torch.Generator().manual_seed(0))
+    logits_bytes = 2 * 64 * 4096 * 4
+    plain, plain_out = _saved_bytes(model, ids[:, :-1], ids[:, 1:], 0)
+    chunked, chunked_out = _saved_bytes(model, ids[:, :-1], ids[:, 1:], 4)
+    assert plain >= logits_bytes                       # the plain forward keeps its logits
+    # the chunked head keeps what the plain forward does (decoder activations, hidden states, one
+    # log-normalizer per position) less the logits, plus a contiguous copy of the (B, T) int64 labels
+    assert plain - logits_bytes < chunked <= plain - logits_bytes + 2 * 64 * 8
+    torch.testing.assert_close(chunked_out["log_probs"], plain_out["log_probs"], rtol=0, atol=1e-5)
+    del plain_out, chunked_out                         # the graph goes, and so do the saved tensors
+    assert SavedBytes({}).total() == 0
+
+
+@pytest.mark.slow
+def test_chunk_without_recomputation_loses_exactly_the_memory_check():
+    graded = grade(str(CASES / "mutant_chunk_no_recompute.py"), functions={"get_response_log_probs"})
+    failed = {name: r["output"] for name, r in graded["results"].items() if r["status"] == "failed"}
+    assert list(failed) == [n for n in graded["results"] if CHECK in n], failed
+    assert "recompute each chunk's logits in backward" in next(iter(failed.values()))
+    assert graded["score"] == graded["max_score"] - 1
