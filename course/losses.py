@@ -24,10 +24,15 @@ from dataclasses import dataclass
 
 import torch
 
+from course.scoring import upcast_half
+
 PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
 _OFF_POLICY_KEYS = ("importance_ratio_mean", "importance_ratio_count", "off_policy_loss_mean")
 _CLIP_KEYS = ("clip_fraction", "clip_count", "clip_total")
-# The metadata keys each method returns (SPEC §3).
+# Metadata that are plain counts (summed over micro-batches and ranks); the other keys are means.
+PG_COUNT_KEYS = ("clip_count", "clip_total", "importance_ratio_count")
+# The metadata keys each method returns: 0-dim tensors, means over response tokens (GSPO's ratio and
+# clip statistics: over sequences) and the counts behind them.
 PG_METADATA_KEYS = {
     "none": ("on_policy_loss_mean",),
     "noclip": _OFF_POLICY_KEYS,
@@ -38,10 +43,6 @@ PG_METADATA_KEYS = {
 GRPO_LOSS_FNS = ("dapo", "cispo")
 # open-instruct clamps δ before exp so that k3's exp(−δ) cannot overflow; |δ| > 40 is a broken policy.
 KL_LOG_RATIO_CLAMP = 40.0
-
-
-def _float(x: torch.Tensor) -> torch.Tensor:
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _check_same_shape(name: str, tensor: torch.Tensor | None, like: torch.Tensor, like_name: str) -> None:
@@ -60,7 +61,7 @@ def _sequence_advantages(advantages: torch.Tensor, batch_size: int) -> torch.Ten
             f"raw_rewards_or_advantages must be (B,) or (B, 1) with B={batch_size}, got "
             f"{tuple(advantages.shape)}"
         )
-    return _float(advantages)
+    return upcast_half(advantages)
 
 
 def _masked_token_mean(values: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -86,14 +87,14 @@ def compute_policy_gradient_loss(
         response_mask: (B, T) 0/1; restricts the metadata means (and GSPO's ratio) to response tokens.
 
     Returns:
-        per-token loss (B, T) and metadata of 0-dim tensors (keys per SPEC §3).
+        per-token loss (B, T) and metadata of 0-dim tensors (keys: `PG_METADATA_KEYS[method]`).
     """
     method = importance_reweighting_method
     if method not in PG_METHODS:
         raise ValueError(f"importance_reweighting_method must be one of {PG_METHODS}, got {method!r}")
     if policy_log_probs.ndim != 2:
         raise ValueError(f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}")
-    log_probs = _float(policy_log_probs)
+    log_probs = upcast_half(policy_log_probs)
     advantages = _sequence_advantages(raw_rewards_or_advantages, log_probs.shape[0])  # (B, 1)
     _check_same_shape("response_mask", response_mask, log_probs, "policy_log_probs")
     mask = (response_mask if response_mask is not None else torch.ones_like(log_probs)).to(log_probs.dtype)
@@ -111,28 +112,25 @@ def compute_policy_gradient_loss(
     if method == "gspo" and response_mask is None:
         raise ValueError("response_mask (B, T) is required for 'gspo': its ratio averages over response tokens")
 
-    log_ratio = log_probs - _float(old_log_probs).detach()  # (B, T)
+    log_ratio = log_probs - upcast_half(old_log_probs).detach()  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
     metadata: dict[str, torch.Tensor] = {}
     if method == "noclip":
         loss = -advantages * ratio
     elif method == "grpo":
-        clipped = torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
-        loss = -torch.minimum(ratio * advantages, clipped * advantages)
+        _, _, loss = clipped_surrogate(ratio, advantages, cliprange, cliprange)
         # a token is "clipped" only where clipping removes its gradient
         is_clipped = ((advantages > 0) & (ratio > 1 + cliprange)) | ((advantages < 0) & (ratio < 1 - cliprange))
         metadata.update(_clip_stats(is_clipped.to(mask.dtype) * mask, token_count))
     elif method == "cispo":
-        weight = torch.clamp(ratio, max=1 + cliprange).detach()
-        loss = -weight * advantages * log_probs
+        loss = cispo_loss(ratio, advantages, log_probs, cliprange)
         is_clipped = ratio > 1 + cliprange
         metadata.update(_clip_stats(is_clipped.to(mask.dtype) * mask, token_count))
     else:  # gspo
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
         seq_log_ratio = (log_ratio * mask).sum(dim=1, keepdim=True) / lengths.clamp_min(1)
         seq_ratio = torch.exp(seq_log_ratio)  # (B, 1) geometric mean of the token ratios
-        clipped = torch.clamp(seq_ratio, 1 - cliprange, 1 + cliprange)
-        seq_loss = -torch.minimum(seq_ratio * advantages, clipped * advantages)  # (B, 1)
+        _, _, seq_loss = clipped_surrogate(seq_ratio, advantages, cliprange, cliprange)  # (B, 1)
         loss = seq_loss.expand_as(log_probs)
         non_empty = (lengths > 0).to(mask.dtype)  # (B, 1)
         sequence_count = non_empty.sum().detach()
@@ -149,6 +147,28 @@ def compute_policy_gradient_loss(
     metadata["importance_ratio_count"] = token_count
     metadata["off_policy_loss_mean"] = _masked_token_mean(loss, mask, token_count)
     return loss, metadata
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, the one loss core of both loss APIs: (−r·A, −clip(r)·A, their max).
+
+    ratio (B, T) or (B, 1), advantages broadcastable to it; clip(r) = clamp(r, 1 − clip_low,
+    1 + clip_high). The max of the two losses is −min(r·A, clip(r)·A): the pessimistic bound.
+    """
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    unclipped, clipped = torch.broadcast_tensors(unclipped, clipped)
+    return unclipped, clipped, torch.maximum(unclipped, clipped)
+
+
+def cispo_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, log_probs: torch.Tensor, clip_high: float
+) -> torch.Tensor:
+    """CISPO: −sg(min(r, 1 + clip_high)) · A · log π, (B, T); the capped weight never drops a token."""
+    weight = torch.clamp(ratio, max=1 + clip_high).detach()
+    return (-advantages * weight * log_probs).expand_as(log_probs)
 
 
 def _clip_stats(clipped: torch.Tensor, total: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -204,7 +224,7 @@ def estimate_kl(
     if estimator not in (0, 1, 2, 3) or isinstance(estimator, bool):
         raise ValueError(f"estimator must be 0, 1, 2 or 3, got {estimator!r}")
     _check_same_shape("ref_logprobs", ref_logprobs, new_logprobs, "new_logprobs")
-    delta = (_float(new_logprobs) - _float(ref_logprobs)).clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+    delta = (upcast_half(new_logprobs) - upcast_half(ref_logprobs)).clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
     if estimator == 0:
         return delta
     if estimator == 1:
@@ -214,7 +234,7 @@ def estimate_kl(
     if ratio is None:
         raise ValueError("estimator 3 (ratio·δ) needs ratio (B, T)")
     _check_same_shape("ratio", ratio, new_logprobs, "new_logprobs")
-    return _float(ratio) * delta
+    return upcast_half(ratio) * delta
 
 
 def compute_grpo_loss(
@@ -247,20 +267,14 @@ def compute_grpo_loss(
             f"got {tuple(advantages.shape)}"
         )
     _check_same_shape("tis_weights", tis_weights, new_logprobs, "new_logprobs")
-    new_logprobs, ratio, advantages = _float(new_logprobs), _float(ratio), _float(advantages)
+    new_logprobs, ratio, advantages = upcast_half(new_logprobs), upcast_half(ratio), upcast_half(advantages)
 
     if config.loss_fn == "dapo":
-        pg_losses = -advantages * ratio
-        pg_losses2 = -advantages * torch.clamp(ratio, 1 - config.clip_lower, 1 + config.clip_higher)
-        pg_losses, pg_losses2 = torch.broadcast_tensors(pg_losses, pg_losses2)
-        pg_loss_max = torch.maximum(pg_losses, pg_losses2)
+        pg_losses, pg_losses2, pg_loss_max = clipped_surrogate(ratio, advantages, config.clip_lower, config.clip_higher)
     else:  # cispo
-        weight = torch.clamp(ratio, max=1 + config.clip_higher).detach()
-        pg_losses = (-advantages * weight * new_logprobs).expand_as(new_logprobs)
-        pg_losses2 = pg_losses
-        pg_loss_max = pg_losses
+        pg_losses = pg_losses2 = pg_loss_max = cispo_loss(ratio, advantages, new_logprobs, config.clip_higher)
     if tis_weights is not None:
-        pg_loss_max = pg_loss_max * _float(tis_weights).detach()
+        pg_loss_max = pg_loss_max * upcast_half(tis_weights).detach()
 
     if ref_logprobs is None:
         kl = torch.zeros_like(new_logprobs)
@@ -286,7 +300,7 @@ def truncated_importance_weights(
     _check_same_shape("sampler_log_probs", sampler_log_probs, old_log_probs, "old_log_probs")
     _check_same_shape("response_mask", response_mask, old_log_probs, "old_log_probs")
     with torch.no_grad():
-        log_weight = _float(old_log_probs) - _float(sampler_log_probs)  # (B, T)
+        log_weight = upcast_half(old_log_probs) - upcast_half(sampler_log_probs)  # (B, T)
         weights = torch.exp(torch.clamp(log_weight, max=math.log(cap)))
         if response_mask is not None:
             weights = torch.where(response_mask.bool(), weights, torch.zeros_like(weights))

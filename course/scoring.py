@@ -26,8 +26,9 @@ CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")  # each proven equal in test
 _ENTROPY_BLOCK_BYTES = 16 * 2**20
 
 
-def _upcast(logits: torch.Tensor) -> torch.Tensor:
-    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+def upcast_half(x: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 → float32; float32 and float64 keep their dtype."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -41,7 +42,7 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """
     if logits.ndim < 1 or logits.shape[-1] == 0:
         raise ValueError(f"logits must have a non-empty last (vocabulary) axis, got shape {tuple(logits.shape)}")
-    logits = _upcast(logits)
+    logits = upcast_half(logits)
     log_normalizer = torch.logsumexp(logits, dim=-1)  # (...)
     probs = torch.softmax(logits, dim=-1)  # (..., V)
     # a −inf logit (a masked-out token) has p = 0 and contributes 0, not 0 · (−inf) = NaN
@@ -70,7 +71,7 @@ class _LabelLogProb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        compute = _upcast(logits)  # (B, T, V)
+        compute = upcast_half(logits)  # (B, T, V)
         log_normalizer = torch.logsumexp(compute, dim=-1)  # (B, T)
         label_logits = compute.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
         ctx.save_for_backward(logits, labels, log_normalizer)
