@@ -2,8 +2,9 @@
 
 Pipeline order (one module per concept):
   tokenization → scoring → advantages → losses → aggregation → train_step
-and the support modules models (tiny OLMo2 + tokenizer), metrics, tasks, rollout, train, plotting.
-Every graded function of SPEC §3 is importable from here: `from course import grpo_train_step`.
+and the support modules models (tiny OLMo2 + tokenizer), metrics, distributed, tasks, rollout, train,
+plotting.
+Every graded function is importable from here: `from course import grpo_train_step`.
 """
 
 from course.advantages import compute_group_normalized_rewards, compute_rollout_rewards
@@ -24,7 +25,7 @@ from course.scoring import compute_entropy, get_response_log_probs
 from course.tokenization import tokenize_prompt_and_output
 from course.train_step import grpo_train_step
 
-# The stages a learner builds, in order, and the graded functions of each (SPEC §3).
+# The stages a learner builds, in order, and the graded functions of each.
 STAGES: dict[str, tuple[str, ...]] = {
     "1_tokenization": ("tokenize_prompt_and_output",),
     "2_scoring": ("compute_entropy", "get_response_log_probs"),

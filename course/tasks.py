@@ -2,8 +2,8 @@
 
 A problem is `a+b` with two-digit operands, 10 <= a, b <= 99; the answer is the sum written with its digits reversed
 (least significant first), so that a left-to-right model produces each digit after the digits
-it depends on, carries included. 37+48 = 85 is answered "58". (Measured on a 1M-parameter model,
-SPEC §5: written left to right the task barely learns; reversed, it does. Reversed output is the
+it depends on, carries included. 37+48 = 85 is answered "58". (Measured on a 1M-parameter model:
+written left to right the task barely learns; reversed, it does. Reversed output is the
 usual trick for teaching arithmetic to small transformers, Lee et al. 2023, arXiv 2307.03381.
 Operands of a fixed width matter too: with 0..99, so that digits move about, 500 supervised steps
 left the model at chance.)
