@@ -149,10 +149,11 @@ def compute_policy_gradient_loss(
 def clipped_surrogate(
     ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, the one loss core of both loss APIs: (−r·A, −clip(r)·A, their max).
+    """PPO's clipped surrogate, the loss core of both loss APIs.
 
-    ratio (B, T) or (B, 1), advantages broadcastable to it; clip(r) = clamp(r, 1 − clip_low,
-    1 + clip_high). The max of the two losses is −min(r·A, clip(r)·A): the pessimistic bound.
+    Returns (−r·A, −clip(r)·A, their max), with clip(r) = clamp(r, 1 − clip_low,
+    1 + clip_high); ratio (B, T) or (B, 1), advantages broadcastable to it. The max
+    of the two losses is −min(r·A, clip(r)·A): the pessimistic bound.
     """
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
@@ -161,9 +162,15 @@ def clipped_surrogate(
 
 
 def cispo_loss(
-    ratio: torch.Tensor, advantages: torch.Tensor, log_probs: torch.Tensor, clip_high: float
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    log_probs: torch.Tensor,
+    clip_high: float,
 ) -> torch.Tensor:
-    """CISPO: −sg(min(r, 1 + clip_high)) · A · log π, (B, T); the capped weight never drops a token."""
+    """CISPO: −sg(min(r, 1 + clip_high)) · A · log π, (B, T).
+
+    The weight is capped and detached, so it never drops a token's gradient.
+    """
     weight = torch.clamp(ratio, max=1 + clip_high).detach()
     return (-advantages * weight * log_probs).expand_as(log_probs)
 
@@ -194,7 +201,9 @@ def _validate_grpo_config(config) -> None:
     if config.loss_fn not in GRPO_LOSS_FNS:
         raise ValueError(f"config.loss_fn must be one of {GRPO_LOSS_FNS}, got {config.loss_fn!r}")
     if config.kl_estimator not in (0, 1, 2, 3):
-        raise ValueError(f"config.kl_estimator must be 0, 1, 2 or 3, got {config.kl_estimator!r}")
+        raise ValueError(
+            f"config.kl_estimator must be 0, 1, 2 or 3, got {config.kl_estimator!r}"
+        )
     if not (config.clip_lower >= 0 and config.clip_higher >= 0):
         raise ValueError(
             f"config.clip_lower and config.clip_higher must be >= 0, got {config.clip_lower}, {config.clip_higher}"
@@ -259,7 +268,9 @@ def compute_grpo_loss(
             f"config.loss_fn must be 'dapo' or 'cispo', got {config.loss_fn!r}"
         )
     if config.kl_estimator not in (0, 1, 2, 3):
-        raise ValueError(f"config.kl_estimator must be 0, 1, 2 or 3, got {config.kl_estimator!r}")
+        raise ValueError(
+            f"config.kl_estimator must be 0, 1, 2 or 3, got {config.kl_estimator!r}"
+        )
     if new_logprobs.ndim != 2 or ratio.shape != new_logprobs.shape:
         raise ValueError(
             "new_logprobs and ratio must be the same (B, T), got "
@@ -282,9 +293,11 @@ def compute_grpo_loss(
     if tis_weights is not None:
         if tis_weights.shape != new_logprobs.shape:
             raise ValueError(
-                f"tis_weights must be {tuple(new_logprobs.shape)}, got {tuple(tis_weights.shape)}"
+                f"tis_weights must be {tuple(new_logprobs.shape)}, got "
+                f"{tuple(tis_weights.shape)}"
             )
-        pg_loss_max = pg_loss_max * tis_weights.detach()  # weights, not a path for gradient
+        # weights, never a path for gradient
+        pg_loss_max = pg_loss_max * tis_weights.detach()
 
     if ref_logprobs is None:
         kl = torch.zeros_like(new_logprobs)
