@@ -3,54 +3,17 @@
 The solution notebook's `def` (found with ast in its code cells, nbgrader's `### BEGIN/END SOLUTION`
 marker lines dropped) and `inspect.getsource` of the course function must parse to the same syntax
 tree (same code, same docstring) and carry the same comments, in the same order. Only layout may
-differ (line breaks and indentation of a notebook formatted for a narrower page).
+differ. `python -m course.one_implementation --write` rewrites a differing cell from course.
 """
 
-import ast
 import difflib
 import inspect
-import io
-import json
 import textwrap
-import tokenize
-from pathlib import Path
 
 import pytest
 
 import course
-
-SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
-
-
-def _without_markers(source: str) -> str:
-    return "\n".join(line for line in source.splitlines() if line.strip() not in MARKERS)
-
-
-def solution_sources() -> dict[str, tuple[str, str]]:
-    """{graded function name: (its source in the solution notebook, the notebook's name)}."""
-    found = {}
-    for path in sorted(SOLUTIONS.glob("*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
-            if cell["cell_type"] != "code":
-                continue
-            source = _without_markers("".join(cell["source"]))
-            try:
-                tree = ast.parse(source)
-            except SyntaxError:  # a cell with IPython magics defines no graded function
-                continue
-            for node in tree.body:
-                if isinstance(node, ast.FunctionDef) and node.name in course.GRADED_FUNCTIONS:
-                    found[node.name] = (ast.get_source_segment(source, node), path.name)
-    return found
-
-
-def normalized(source: str) -> tuple[str, list[str]]:
-    """(the syntax tree, the comments) of one function's source: what must be equal."""
-    source = textwrap.dedent(_without_markers(source))
-    comments = [token.string for token in tokenize.generate_tokens(io.StringIO(source).readline)
-                if token.type == tokenize.COMMENT]
-    return ast.dump(ast.parse(source), indent=1), comments
+from course.one_implementation import normalized, solution_sources, without_markers
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +39,7 @@ def test_the_solution_cell_is_the_course_function(solutions, name):
     course_tree, course_comments = normalized(course_source)
     if (notebook_tree, notebook_comments) != (course_tree, course_comments):
         diff = "\n".join(difflib.unified_diff(
-            textwrap.dedent(course_source).splitlines(), _without_markers(notebook_source).splitlines(),
+            textwrap.dedent(course_source).splitlines(), without_markers(notebook_source).splitlines(),
             f"course ({inspect.getsourcefile(getattr(course, name))})", f"solutions/{notebook}", lineterm=""))
         pytest.fail(f"{name} differs between course and solutions/{notebook}:\n{diff}")
 
