@@ -1,7 +1,7 @@
 """One implementation: the solution cells of solutions/ are the `course` functions, text for text.
 
     python -m course.one_implementation            # list the graded functions that differ
-    python -m course.one_implementation --write    # rewrite those solution cells from course
+    python -m course.one_implementation --write [NAME ...]   # rewrite those (or NAME's) cells from course
 
 A graded function's solution cell holds its `course` source with nbgrader's `### BEGIN SOLUTION`
 after the docstring and `### END SOLUTION` at the end, so the release keeps the signature and the
@@ -131,8 +131,12 @@ def _helper_cell(helpers: list, caller) -> nbformat.NotebookNode:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m course.one_implementation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite the differing solution cells from course")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="only these graded functions (default: every one that differs)")
     args = parser.parse_args(argv)
-    names = differing()
+    if unknown := sorted(set(args.names) - set(course.GRADED_FUNCTIONS)):
+        parser.error(f"argument NAME: not graded functions: {', '.join(unknown)}")
+    names = [name for name in differing() if not args.names or name in args.names]
     if args.write:
         for path in write_solution_cells(names):
             print(f"wrote {path}")
