@@ -8,12 +8,21 @@ differ. `python -m course.one_implementation --write` rewrites a differing cell 
 
 import difflib
 import inspect
+import shutil
 import textwrap
 
+import nbformat
 import pytest
 
 import course
-from course.one_implementation import normalized, solution_sources, without_markers
+from course.one_implementation import (
+    SOLUTIONS,
+    differing,
+    normalized,
+    solution_sources,
+    without_markers,
+    write_solution_cells,
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +59,21 @@ def test_a_changed_comment_or_constant_is_a_difference():
     assert normalized(source) != normalized(source + "    # a new comment\n")
     changed = source.replace("0", "1", 1) if "0" in source else source.replace("(", "( (", 1) + ")"
     assert normalized(source)[0] != normalized(changed)[0]
+
+
+def test_write_makes_a_cell_the_course_function_with_its_helpers(tmp_path):
+    for path in SOLUTIONS.glob("*.ipynb"):
+        shutil.copy(path, tmp_path / path.name)
+    written = write_solution_cells(["estimate_kl", "compute_policy_gradient_loss"], tmp_path)
+    assert written and not {"estimate_kl", "compute_policy_gradient_loss"} & set(differing(tmp_path))
+    notebook = nbformat.read(written[0], as_version=4)
+    sources = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    cell = next(s for s in sources if s.startswith("def compute_policy_gradient_loss("))
+    docstring_end = cell.index('"""', cell.index('"""') + 3)
+    assert cell.index("### BEGIN SOLUTION") > docstring_end and cell.rstrip().endswith("### END SOLUTION")
+    # the loss core it calls is defined once, in a cell before it
+    helpers = [i for i, s in enumerate(sources) if "def clipped_surrogate(" in s]
+    assert len(helpers) == 1 and helpers[0] < sources.index(cell)
+    write_solution_cells(["compute_policy_gradient_loss"], tmp_path)  # again: nothing added twice
+    again = nbformat.read(written[0], as_version=4)
+    assert sum("def clipped_surrogate(" in c.source for c in again.cells) == 1
