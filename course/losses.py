@@ -28,6 +28,7 @@ PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
 # Metadata that are plain counts (summed over micro-batches and ranks); the other keys are means.
 PG_COUNT_KEYS = ("clip_count", "clip_total", "importance_ratio_count")
 GRPO_LOSS_FNS = ("dapo", "cispo")
+KL_ESTIMATORS = (0, 1, 2, 3)  # k1, k2, k3, ratio·k1: see `estimate_kl`
 
 
 def compute_policy_gradient_loss(
@@ -200,10 +201,8 @@ def _validate_grpo_config(config) -> None:
             raise ValueError(f"config must have a {field!r} attribute (see GRPOLossConfig)")
     if config.loss_fn not in GRPO_LOSS_FNS:
         raise ValueError(f"config.loss_fn must be one of {GRPO_LOSS_FNS}, got {config.loss_fn!r}")
-    if config.kl_estimator not in (0, 1, 2, 3):
-        raise ValueError(
-            f"config.kl_estimator must be 0, 1, 2 or 3, got {config.kl_estimator!r}"
-        )
+    if config.kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"config.kl_estimator must be one of {KL_ESTIMATORS}, got {config.kl_estimator!r}")
     if not (config.clip_lower >= 0 and config.clip_higher >= 0):
         raise ValueError(
             f"config.clip_lower and config.clip_higher must be >= 0, got {config.clip_lower}, {config.clip_higher}"

@@ -45,13 +45,13 @@ from tqdm.auto import tqdm
 from course.advantages import BASELINES, NORMALIZERS
 from course.aggregation import LOSS_NORMALIZATIONS
 from course.distributed import rank_and_world_size
-from course.losses import PG_METHODS, estimate_kl, truncated_importance_weights
+from course.losses import KL_ESTIMATORS, PG_METHODS, estimate_kl, truncated_importance_weights
 from course.metrics import compare_logprobs
 from course.models import load_model_and_tokenizer
 from course.plotting import plot_training_curves
 from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts
 from course.tasks import make_problems, r1_zero_reward_fn
-from course.train_step import KL_ESTIMATORS, grpo_train_step
+from course.train_step import grpo_train_step
 
 WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
 LOSSES = PG_METHODS

@@ -27,6 +27,7 @@ from course.advantages import compute_group_normalized_rewards, compute_rollout_
 from course.aggregation import LOSS_NORMALIZATIONS, calculate_loss_and_backward
 from course.distributed import is_distributed, rank_and_world_size
 from course.losses import (
+    KL_ESTIMATORS,
     PG_COUNT_KEYS,
     PG_METHODS,
     compute_policy_gradient_loss,
@@ -37,7 +38,6 @@ from course.metrics import LossStatistics
 from course.scoring import get_response_log_probs
 from course.tokenization import tokenize_prompt_and_output
 
-KL_ESTIMATORS = (0, 1, 2, 3)  # k1, k2, k3, ratio·k1: see `estimate_kl`
 # The optional (B, T') log-prob inputs, aligned with the tokenized batch.
 ALIGNED_LOG_PROBS = ("old_log_probs", "ref_log_probs", "sampler_log_probs")
 
