@@ -2,7 +2,8 @@
 
 Pipeline order (one module per concept):
   tokenization → scoring → advantages → losses → aggregation → train_step
-and the support modules models (tiny OLMo2 + tokenizer), metrics, tasks, rollout, train, plotting.
+and the support modules models (tiny OLMo2 + tokenizer), metrics, distributed, tasks, rollout,
+train, plotting.
 Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
 """
 

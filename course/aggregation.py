@@ -58,38 +58,48 @@ def aggregate_loss_across_microbatch(
     loss_normalization: str = "sequence",
     normalization_constant: float | None = None,
 ) -> torch.Tensor:
-    """Reduce per-token losses (B, T) under a 0/1 `mask` (B, T) to a scalar.
+    """Reduce per-token losses (B, T) under a 0/1 `mask` (B, T) to a 0-dim loss.
 
-    sequence: mean over all B rows of each row's masked token mean (an empty row counts as 0 and
-        still counts in B).
-    token: masked sum / `normalization_constant`, which must be N, the response-token count of the
-        whole optimizer step (every micro-batch, every rank); None means this batch IS the whole step
-        and uses its own count. Passing each micro-batch's own count is the accumulation bug.
-    constant: masked sum / `normalization_constant` (required; e.g. B · max response length).
+    sequence  (1/B) Σ_i (1/|o_i|) Σ_t m_it ℓ_it   GRPO, arXiv 2402.03300
+    token     (1/N) Σ_i Σ_t m_it ℓ_it             DAPO, arXiv 2503.14476 (N: whole step)
+    constant  (1/C) Σ_i Σ_t m_it ℓ_it             Dr. GRPO, arXiv 2503.20783
     """
     loss = per_token_policy_gradient_loss
     if loss.ndim != 2:
-        raise ValueError(f"per_token_policy_gradient_loss must be (B, T), got {tuple(loss.shape)}")
+        raise ValueError(
+            f"per_token_policy_gradient_loss must be (B, T), got {tuple(loss.shape)}"
+        )
     if mask.shape != loss.shape:
         raise ValueError(
-            f"mask must have the shape of per_token_policy_gradient_loss {tuple(loss.shape)}, got {tuple(mask.shape)}"
+            f"mask {tuple(mask.shape)} must match per_token_policy_gradient_loss "
+            f"{tuple(loss.shape)}"
         )
-    if loss_normalization not in LOSS_NORMALIZATIONS:
-        raise ValueError(f"loss_normalization must be one of {LOSS_NORMALIZATIONS}, got {loss_normalization!r}")
+    if loss_normalization not in ("sequence", "token", "constant"):
+        raise ValueError(
+            "loss_normalization must be 'sequence', 'token' or 'constant', got "
+            f"{loss_normalization!r}"
+        )
     if normalization_constant is not None and not normalization_constant > 0:
-        raise ValueError(f"normalization_constant must be positive, got {normalization_constant!r}")
+        raise ValueError(
+            f"normalization_constant must be positive, got {normalization_constant!r}"
+        )
+    if loss_normalization == "constant" and normalization_constant is None:
+        raise ValueError("loss_normalization='constant' needs a normalization_constant")
 
-    kept = masked(loss, mask)  # (B, T) padding is 0, even where the loss is inf or nan
-    mask = mask.to(loss.dtype)
+    if loss.dtype in (torch.float16, torch.bfloat16):
+        loss = loss.float()
+    keep = mask.bool()  # (B, T)
+    masked = torch.where(
+        keep, loss, torch.zeros_like(loss)
+    )  # padding cannot leak, not even nan
     if loss_normalization == "sequence":
-        lengths = mask.sum(dim=1).clamp_min(1)  # (B,) empty responses count as 0, not NaN
-        return (kept.sum(dim=1) / lengths).mean()
-    if loss_normalization == "token":
-        denominator = normalization_constant if normalization_constant is not None else mask.sum().clamp_min(1)
-        return kept.sum() / denominator
-    if normalization_constant is None:
-        raise ValueError("normalization_constant is required for loss_normalization='constant'")
-    return kept.sum() / normalization_constant
+        lengths = (
+            keep.sum(dim=1).clamp_min(1).to(loss.dtype)
+        )  # (B,) an empty row is 0 / 1
+        return (masked.sum(dim=1) / lengths).mean()
+    if normalization_constant is None:  # token mode, this batch is the step
+        normalization_constant = keep.sum().clamp_min(1).to(loss.dtype)
+    return masked.sum() / normalization_constant
 
 
 def calculate_loss_and_backward(

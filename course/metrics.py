@@ -13,9 +13,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-
-def _is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
+from course.distributed import is_distributed
 
 
 class LossStatistics:
@@ -60,7 +58,7 @@ class LossStatistics:
             + [self._weights[n] for n in sorted(self._sums)]
             + [self._counts[n] for n in sorted(self._counts)]
         ) if names else torch.zeros(0, dtype=torch.float64)
-        if (all_reduce if all_reduce is not None else _is_distributed()) and stacked.numel():
+        if (all_reduce if all_reduce is not None else is_distributed()) and stacked.numel():
             dist.all_reduce(stacked)
         n_means = len(self._sums)
         result = {}

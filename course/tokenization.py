@@ -12,8 +12,6 @@ completion mask.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 
@@ -27,49 +25,53 @@ def _pad_id(tokenizer) -> int:
 
 
 def tokenize_prompt_and_output(
-    prompt_strs: Sequence[str], output_strs: Sequence[str], tokenizer
+    prompt_strs: list[str], output_strs: list[str], tokenizer
 ) -> dict[str, torch.Tensor]:
-    """Tokenize B (prompt, output) pairs into a right-padded training batch.
+    """(prompt, output) pairs -> a right-padded, label-shifted batch and response mask.
 
-    Args:
-        prompt_strs: B prompt strings.
-        output_strs: B response strings, `output_strs[i]` answering `prompt_strs[i]`.
-        tokenizer: a Hugging Face tokenizer (anything with `encode(text, add_special_tokens=False)`).
-
-    Returns:
-        dict with `input_ids`, `labels` (long) and `response_mask` (long 0/1), each (B, L − 1),
-        where L is the longest prompt+output length in tokens.
+    Each prompt and output is encoded separately without special tokens;
+    x_i = prompt ids + output ids. With L = max_i len(x_i), every x_i is right-padded
+    to L with the pad id (eos if there is none), and
+        input_ids     = x[:, :-1]                                    (B, L-1)
+        labels        = x[:, 1:]                                     (B, L-1)
+        response_mask = 1 where labels[i, t] is a token of output i  (B, L-1)
+    Source: Stanford CS336 (Spring 2025) Assignment 5, `tokenize_prompt_and_output`.
+    Raises ValueError if the lists differ in length or are empty.
     """
-    if isinstance(prompt_strs, str) or isinstance(output_strs, str):
-        raise ValueError("prompt_strs and output_strs must be lists of strings, not single strings")
     if len(prompt_strs) != len(output_strs):
         raise ValueError(
-            f"prompt_strs and output_strs must have the same length, got "
-            f"{len(prompt_strs)} and {len(output_strs)}"
+            f"prompt_strs and output_strs must have the same length, "
+            f"got {len(prompt_strs)} prompts and {len(output_strs)} outputs"
         )
     if len(prompt_strs) == 0:
-        raise ValueError("prompt_strs must not be empty")
-    pad_id = _pad_id(tokenizer)
+        raise ValueError(
+            "prompt_strs and output_strs are empty: there is nothing to tokenize"
+        )
+    pad_id = (
+        tokenizer.pad_token_id
+        if tokenizer.pad_token_id is not None
+        else tokenizer.eos_token_id
+    )
 
-    sequences, masks = [], []
+    sequences, is_output = [], []
     for prompt, output in zip(prompt_strs, output_strs):
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         output_ids = tokenizer.encode(output, add_special_tokens=False)
         sequences.append(prompt_ids + output_ids)
-        masks.append([0] * len(prompt_ids) + [1] * len(output_ids))
-    max_len = max(len(s) for s in sequences)
-    if max_len < 2:
-        raise ValueError("every prompt+output is shorter than 2 tokens: there is nothing to predict")
+        is_output.append([0] * len(prompt_ids) + [1] * len(output_ids))
 
-    tokens = torch.full((len(sequences), max_len), pad_id, dtype=torch.long)  # (B, L)
-    is_output = torch.zeros((len(sequences), max_len), dtype=torch.long)  # (B, L)
-    for i, (ids, mask) in enumerate(zip(sequences, masks)):
-        tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        is_output[i, : len(mask)] = torch.tensor(mask, dtype=torch.long)
+    length = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)  # (B, L)
+    output_mask = torch.zeros(
+        (len(sequences), length), dtype=torch.long
+    )  # (B, L) 1 on output tokens
+    for i, (sequence, mask) in enumerate(zip(sequences, is_output)):
+        ids[i, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        output_mask[i, : len(mask)] = torch.tensor(mask, dtype=torch.long)
 
+    # position t reads x[:t+1] and predicts x[t+1]: shift labels and mask together
     return {
-        "input_ids": tokens[:, :-1],  # (B, L-1)
-        "labels": tokens[:, 1:],  # (B, L-1)
-        # mask follows the labels: position t is graded when the token it predicts is output
-        "response_mask": is_output[:, 1:],  # (B, L-1)
+        "input_ids": ids[:, :-1],
+        "labels": ids[:, 1:],
+        "response_mask": output_mask[:, 1:],
     }

@@ -30,6 +30,7 @@ import ast
 import copy
 import inspect
 import json
+import math
 import os
 import platform
 import random
@@ -41,7 +42,10 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from course.losses import estimate_kl, truncated_importance_weights
+from course.advantages import BASELINES, NORMALIZERS
+from course.aggregation import LOSS_NORMALIZATIONS
+from course.distributed import rank_and_world_size
+from course.losses import KL_ESTIMATORS, PG_METHODS, estimate_kl, truncated_importance_weights
 from course.metrics import compare_logprobs
 from course.models import load_model_and_tokenizer
 from course.plotting import plot_training_curves
@@ -50,10 +54,19 @@ from course.tasks import make_problems, r1_zero_reward_fn
 from course.train_step import grpo_train_step
 
 WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
-LOSSES = ("none", "noclip", "grpo", "gspo", "cispo")
-NORMALIZATIONS = ("sequence", "token", "constant")
+LOSSES = PG_METHODS
+NORMALIZATIONS = LOSS_NORMALIZATIONS
 CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
-           "baseline": ("mean", "none"), "advantage_normalizer": ("std", "mean", "none")}
+           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS}
+# The lowest value of each numeric option, and whether that value itself is allowed.
+LOWER_BOUNDS = {
+    "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
+    "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
+    "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
+    "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
+    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
+    "threads": (0, True),
+}
 # The held-out problems and their sampling noise are fixed, so every run is measured on the same test.
 EVAL_SEED = 1
 REWARD_KEYS = ("reward_mean", "format_reward_mean", "answer_reward_mean")
@@ -101,8 +114,12 @@ class TrainConfig:
     sampler_dtype: str = "float32"
     """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
     tis_cap: float = 2.0
-    """Cap of the truncated importance weights min(π_old/π_sampler, cap) of a bf16 sampler; they
-    are reported (mean, capped fraction), not applied: `grpo_train_step` takes no per-token weights."""
+    """Cap of the truncated importance weights min(π_old/π_sampler, cap) that correct the loss for a
+    bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
+    kl_beta: float = 0.0
+    """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
+    kl_estimator: int = 2
+    """Estimator of the KL penalty: 0 (k1 = δ), 1 (k2 = δ²/2), 2 (k3 = exp(−δ) − 1 + δ), 3 (ratio·δ)."""
     eval_problems: int = 500
     """Held-out problems for the accuracy reports (at least 200 for the course's bar)."""
     eval_samples: int = 4
@@ -130,40 +147,80 @@ def field_help(config_class) -> dict[str, str]:
     return docs
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=()) -> None:
-    """One `--kebab-case` option per field (but `exclude`), typed by its default, helped by its docstring."""
-    docs, choices = field_help(config_class), choices or {}
+def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=(),
+                         types=None) -> None:
+    """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped by its docstring."""
+    docs, choices, types = field_help(config_class), choices or {}, types or {}
     for field in (f for f in fields(config_class) if f.name not in exclude):
         default = field.default
-        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=type(default),
+        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
+                            type=types.get(field.name, type(default)),
                             default=default, choices=choices.get(field.name),
-                            help=f"{docs.get(field.name, '')} (default: {default})")
+                            help=f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})")
+
+
+class ConfigError(ValueError):
+    """A bad value of one TrainConfig field; `field` names it (the command line names its flag)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field} {message}")
+        self.field, self.message = field, message
+
+
+def out_of_range(name: str, value) -> str | None:
+    """Why `value` is not allowed for the numeric field `name` (None when it is)."""
+    low, inclusive = LOWER_BOUNDS[name]
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if value < low or (value == low and not inclusive):
+        return f"must be {'>=' if inclusive else '>'} {low}, got {value}"
+    return None
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` cannot hold the run (None when it can)."""
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        return f"must be cpu, cuda or cuda:N, got {device!r}"
+    if kind == "cuda" and not torch.cuda.is_available():
+        return f"{device!r}: torch sees no CUDA device (torch.cuda.is_available() is False)"
+    return None
+
+
+def checkpoint_problem(folder: str) -> str | None:
+    """Why `folder` is not a saved policy (None when it is one)."""
+    if not Path(folder).is_dir():
+        return f"{folder!r} is not a folder"
+    if not (Path(folder) / "config.json").is_file():
+        return f"{folder!r} holds no saved model (no config.json; see save_model_and_tokenizer)"
+    return None
 
 
 def validate(config: TrainConfig, world_size: int) -> None:
+    """Raise ConfigError naming the first field whose value cannot run."""
     for name, allowed in CHOICES.items():
         if getattr(config, name) not in allowed:
-            raise ValueError(f"{name} must be one of {allowed}, got {getattr(config, name)!r}")
+            raise ConfigError(name, f"must be one of {allowed}, got {getattr(config, name)!r}")
+    for name in LOWER_BOUNDS:
+        if problem := out_of_range(name, getattr(config, name)):
+            raise ConfigError(name, problem)
+    for name, problem in (("device", device_problem(config.device)),
+                          ("checkpoint", checkpoint_problem(config.checkpoint))):
+        if problem:
+            raise ConfigError(name, problem)
     if config.prompts_per_step % world_size:
-        raise ValueError(f"prompts_per_step ({config.prompts_per_step}) must divide among {world_size} ranks")
-    if config.device.split(":")[0] not in ("cpu", "cuda"):
-        raise ValueError(f"device must be cpu, cuda or cuda:N, got {config.device!r}")
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {config.device!r}: torch sees no CUDA device (torch.cuda.is_available() is False)")
-    if config.eval_problems < 1 or config.steps < 0 or config.group_size < 1:
-        raise ValueError("eval_problems and group_size must be positive and steps non-negative, "
-                         f"got {config.eval_problems}, {config.group_size}, {config.steps}")
-
-
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+        raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must divide among {world_size} ranks")
+    rows = config.prompts_per_step // world_size * config.group_size
+    if config.gradient_accumulation_steps > rows:
+        raise ConfigError("gradient_accumulation_steps", f"({config.gradient_accumulation_steps}) must be at most "
+                          f"the {rows} rollouts each rank trains on per step")
+    if config.group_size < 2 and config.advantage_normalizer == "std":
+        raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
 
 
 def _reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict[str, float]:
     """Sum `sums` and take the max of `maxima` over ranks (identity in one process)."""
-    _, world_size = _world()
+    _, world_size = rank_and_world_size()
     if world_size == 1:
         return {**sums, **maxima}
     reduced = {}
@@ -187,8 +244,8 @@ def held_out_accuracy(model, tokenizer, config: TrainConfig) -> dict[str, float]
 
 
 def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, config: TrainConfig,
-                      separate_sampler: bool) -> tuple[torch.Tensor, dict[str, float]]:
-    """Old log-probs (B, T) of the policy, and rollout statistics over all ranks.
+                      separate_sampler: bool) -> tuple[dict[str, torch.Tensor | None], dict[str, float]]:
+    """Old, reference and (for a bf16 sampler) sampler log-probs (B, T), and rollout statistics over ranks.
 
     A float32 sampler is the policy itself, so its log-probs are the old ones (no extra forward);
     a bf16 sampler's are not, so the policy re-scores the batch and the two are compared. Token
@@ -197,7 +254,8 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     tokens = tokenize_rollouts(tokenizer, rollouts)
     mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
     old_log_probs = score_tokens(policy, tokens) if separate_sampler else sampler_log_probs
-    kl = estimate_kl(old_log_probs, score_tokens(reference, tokens), estimator=2)     # k3, (B, T)
+    ref_log_probs = score_tokens(reference, tokens)
+    kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                      # k3, (B, T)
     count = float(mask.sum())
     token_means = {"kl_to_reference": float((kl * mask).sum()) / max(count, 1)}
     maxima = {}
@@ -215,12 +273,14 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     stats.update({key: reduced[key] for key in maxima})
     stats["response_length"] = tokens_total / reduced["rows"]
     stats["generated_tokens"] = tokens_total
-    return old_log_probs, stats
+    log_probs = {"old_log_probs": old_log_probs, "ref_log_probs": ref_log_probs,
+                 "sampler_log_probs": sampler_log_probs if separate_sampler else None}
+    return log_probs, stats
 
 
 def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -> dict:
     """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary."""
-    rank, world_size = _world()
+    rank, world_size = rank_and_world_size()
     validate(config, world_size)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -258,7 +318,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
         rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
                                  first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
                                  temperature=config.temperature)
-        old_log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config,
+        log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config,
                                                  separate_sampler)
         policy.train()
         for _ in range(config.updates_per_rollout):
@@ -268,9 +328,12 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
                 rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
                 baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
                 importance_reweighting_method=config.loss,
-                old_log_probs=old_log_probs if needs_old else None,
+                old_log_probs=log_probs["old_log_probs"] if needs_old else None,
                 cliprange=config.cliprange if config.loss in ("grpo", "gspo", "cispo") else None,
                 loss_normalization=config.normalization, normalization_constant=constant,
+                kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
+                ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
+                sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
             )
         # The train step's statistics are per rank for rewards (equal row counts: mean of means).
         rewards = _reduce_over_ranks({k: metadata[k] / world_size for k in REWARD_KEYS}, {})
@@ -321,6 +384,28 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
     return summary
 
 
+def _flag_type(kind, problem):
+    """An argparse `type=`: convert with `kind`, then refuse what `problem` objects to."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if message := problem(value):
+            raise argparse.ArgumentTypeError(message)
+        return value
+    return parse
+
+
+def flag_types(config_class=TrainConfig) -> dict:
+    """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
+    types = {name: _flag_type(type(getattr(config_class, name)), lambda value, name=name: out_of_range(name, value))
+             for name in LOWER_BOUNDS}
+    types["device"] = _flag_type(str, device_problem)
+    types["checkpoint"] = _flag_type(str, checkpoint_problem)
+    return types
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m course.train", description=__doc__.split("\n\n")[0],
@@ -328,10 +413,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
                              "(default: write nothing, print the summary)")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES)
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    try:  # what no single flag decides: values that must fit together, and the world size
+        validate(TrainConfig(**args), world_size)
+    except ConfigError as error:
+        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
+    distributed = world_size > 1
     if distributed:
         dist.init_process_group("gloo")
     try:

@@ -197,11 +197,16 @@ def full_batch_loss(
     model, tokenizer, batch: dict, method: str, mode: str, old_log_probs=None,
     cliprange: float | None = None, constant: float | None = None, rows=None,
     per_microbatch_token_count: bool = False, accumulation_steps: int = 1, normalizer: str = "std",
+    kl_beta: float = 0.0, ref_log_probs=None, kl_estimator: int = 2, sampler_log_probs=None,
+    tis_cap: float = 2.0,
 ):
     """The GRPO objective of the whole batch (or of `rows` of it, with the whole batch's scale).
 
     `per_microbatch_token_count=True` builds the historical bug instead: token mode divides by the
     micro-batch's own token count and then by the number of accumulation steps.
+    With `sampler_log_probs`, each token's policy-gradient loss is weighted by min(π_old/π_sampler, cap)
+    (π_old: `old_log_probs`, else the policy itself, detached); with `kl_beta` > 0, β·KL(π ‖ π_ref)
+    is added per token before the aggregation.
     """
     tokens = tokenize(batch["prompts"], batch["responses"], tokenizer)
     advantages = torch.tensor(
@@ -214,6 +219,13 @@ def full_batch_loss(
     logp = response_log_probs(model, tokens["input_ids"][rows], tokens["labels"][rows])
     old = None if old_log_probs is None else old_log_probs[rows]
     loss = policy_gradient_loss(method, advantages[rows], logp, old, cliprange, mask)
+    behaviour = logp.detach() if old is None else old
+    if sampler_log_probs is not None:
+        weights = torch.exp(behaviour - sampler_log_probs[rows]).clamp(max=tis_cap)
+        loss = loss * weights
+    if kl_beta:
+        ratio = torch.exp(logp - behaviour.detach())
+        loss = loss + kl_beta * kl(logp - ref_log_probs[rows], kl_estimator, ratio)
     if mode == "sequence":
         # mean over the whole batch's B rows: this slice's share is len(rows) / B
         return aggregate(loss, mask, "sequence") * len(rows) / len(all_rows)

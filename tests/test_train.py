@@ -232,3 +232,53 @@ def test_compare_never_writes_into_a_used_folder(tmp_path, capsys):
         compare_main(["--out", str(tmp_path), *TINY_COMPARE])
     assert "is not empty" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--steps", "-1"], "--steps"),
+    (["--steps", "1.5"], "--steps"),
+    (["--prompts-per-step", "0"], "--prompts-per-step"),
+    (["--lr", "-1"], "--lr"),
+    (["--lr", "nan"], "--lr"),
+    (["--group-size", "two"], "--group-size"),
+    (["--checkpoint", "/no/such/folder"], "--checkpoint"),
+    (["--kl-beta", "-0.1"], "--kl-beta"),
+    (["--kl-estimator", "7"], "--kl-estimator"),
+    (["--sampler-dtype", "float16"], "--sampler-dtype"),
+    (["--tis-cap", "0"], "--tis-cap"),
+    (["--temperature", "0"], "--temperature"),
+    (["--max-grad-norm", "-1"], "--max-grad-norm"),
+    (["--device", "tpu"], "--device"),
+    (["--loss", "ppo"], "--loss"),
+    (["--prompts-per-step", "2", "--group-size", "2", "--gradient-accumulation-steps", "5"],
+     "--gradient-accumulation-steps"),
+    (["--group-size", "1"], "--group-size"),
+])
+def test_a_bad_flag_is_a_usage_error_naming_it(tmp_path, capsys, flags, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(tmp_path / "run"), *flags])
+    assert exit_info.value.code == 2  # argparse's usage error
+    error = capsys.readouterr().err
+    assert f"argument {flag}:" in error and "Traceback" not in error, error
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_folder_without_a_model_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--checkpoint", str(tmp_path)])
+    assert "argument --checkpoint:" in capsys.readouterr().err
+
+
+def test_kl_penalty_and_tis_change_the_update(tmp_path):
+    """--kl-beta and a bf16 sampler's TIS weights enter the loss: the same seed then trains differently."""
+    def weights(name, **overrides):
+        train(small(steps=2, lr=1e-3, **overrides), tmp_path / name, progress=False)
+        return torch.load(tmp_path / name / "policy.pt")
+
+    def moved(a, b):
+        return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+    plain = weights("plain")
+    assert moved(weights("kl", kl_beta=1.0), plain) > 1e-6
+    uncapped = weights("bf16", sampler_dtype="bfloat16", tis_cap=100.0)
+    assert moved(weights("bf16-capped", sampler_dtype="bfloat16", tis_cap=0.5), uncapped) > 1e-6

@@ -12,6 +12,8 @@ use Dr. GRPO's unnormalized advantages (exact in float32 for these rewards); std
 checked to 1e-6 against the naive reference and to 1e-10 between accumulation settings.
 """
 
+import inspect
+
 import pytest
 import torch
 from naive import (
@@ -22,6 +24,7 @@ from naive import (
     make_old_log_probs,
     make_rollout_batch,
     relative_difference,
+    response_log_probs,
     reward_fn,
     tokenize,
 )
@@ -159,9 +162,8 @@ def test_per_micro_batch_token_count_fails_the_same_check(make_model, tokenizer)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("method", ["none", "grpo", "gspo"])
 def test_zero_advantage_group_leaves_the_update_unchanged(make_model, tokenizer, method, mode):
-    # a third group whose four rewards are equal: advantages exactly 0. Skipping those rows is
-    # allowed only if B (sequence) and N (token) still count them; gas=3 makes one micro-batch
-    # hold only that group.
+    # a third group whose four rewards are equal: advantages exactly 0. Its rows add no gradient but
+    # count in B (sequence) and N (token); gas=3 makes one micro-batch hold only that group.
     batch = make_rollout_batch(zero_advantage_group=True)  # B = 12
     model = make_model(torch.float64)
     old = make_old_log_probs(model, batch, tokenizer)
@@ -264,3 +266,94 @@ def test_bad_inputs_raise_naming_the_argument(make_model, tokenizer, change, arg
     with pytest.raises(ValueError, match=argument):
         train_step(model, tokenizer, batch, change.get("gas", 2), **kwargs)
     assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+# ---- a KL penalty and truncated importance sampling are part of the step -------------------------
+TIS_CAP = 1.2  # low enough that some of the weights below are capped
+
+
+def _penalties(model, batch, tokenizer, kl_beta, estimator, tis):
+    """ref (and, with tis, sampler) log-probs: the model's own, perturbed differently from old's."""
+    penalties = {"kl_beta": kl_beta, "kl_estimator": estimator}
+    if kl_beta:
+        penalties["ref_log_probs"] = make_old_log_probs(model, batch, tokenizer, seed=1, scale=0.5)
+    if tis:
+        penalties.update(sampler_log_probs=make_old_log_probs(model, batch, tokenizer, seed=2), tis_cap=TIS_CAP)
+    return penalties
+
+
+@pytest.mark.parametrize("method, mode, kl_beta, estimator, tis", [
+    ("none", "sequence", 0.5, 2, False), ("none", "token", 0.5, 0, True), ("grpo", "token", 0.5, 3, True),
+    ("grpo", "constant", 0.0, 2, True), ("cispo", "sequence", 0.5, 1, True), ("gspo", "token", 0.5, 2, False),
+])
+def test_kl_and_tis_update_is_independent_of_micro_batching(make_model, tokenizer, method, mode, kl_beta,
+                                                            estimator, tis):
+    # the zero-advantage group has a KL gradient: its rows must be scored, and counted
+    batch = make_rollout_batch(zero_advantage_group=True)  # B = 12
+    model = make_model(torch.float64)
+    old = make_old_log_probs(model, batch, tokenizer)
+    penalties = _penalties(model, batch, tokenizer, kl_beta, estimator, tis)
+    naive_penalties = {k: v for k, v in penalties.items() if k != "kl_estimator"}
+    loss = full_batch_loss(model, tokenizer, batch, method, mode, None if method == "none" else old,
+                           CLIPRANGE, CONSTANT, normalizer="none", kl_estimator=estimator, **naive_penalties)
+    expected = [-g for g in gradient(model, [loss])]
+    without, _ = expected_update(model, tokenizer, batch, method, mode, old)
+    assert relative_difference(without, expected) > 1e-3  # the penalties change the update
+    for gas in (1, 2, 3, 4):
+        update, step_loss, metadata = train_step(make_model(torch.float64), tokenizer, batch, gas,
+                                                 **_arguments(method, mode, old), **penalties)
+        assert relative_difference(update, expected) < 1e-10, f"{gas=}"
+        assert float(step_loss) == pytest.approx(loss.item(), rel=1e-6, abs=1e-7), f"{gas=}"
+        assert ("kl_mean" in metadata) == (kl_beta > 0) and ("tis_weight_mean" in metadata) == tis
+
+
+def test_tis_weights_are_capped_and_reported(make_model, tokenizer):
+    batch = make_rollout_batch()
+    model = make_model(torch.float64)
+    tokens = tokenize(batch["prompts"], batch["responses"], tokenizer)
+    mask = tokens["response_mask"].bool()
+    with torch.no_grad():
+        logp = torch.log_softmax(model(tokens["input_ids"]).logits, -1).gather(-1, tokens["labels"][..., None])[..., 0]
+    sampler = make_old_log_probs(model, batch, tokenizer, seed=2)
+    weights = torch.exp(logp - sampler).clamp(max=TIS_CAP)[mask]
+    assert (weights == TIS_CAP).any() and (weights < 1).any()  # both sides of the cap occur
+    _, _, metadata = train_step(make_model(torch.float64), tokenizer, batch, 3, advantage_normalizer="none",
+                                sampler_log_probs=sampler, tis_cap=TIS_CAP)
+    assert float(metadata["tis_weight_mean"]) == pytest.approx(weights.mean().item(), rel=1e-6)
+
+
+def test_a_reference_model_equals_its_log_probs(make_model, tokenizer):
+    batch = make_rollout_batch()
+    reference = make_model(torch.float64, seed=1)
+    tokens = tokenize(batch["prompts"], batch["responses"], tokenizer)
+    with torch.no_grad():
+        ref = response_log_probs(reference, tokens["input_ids"], tokens["labels"])
+    arguments = {"advantage_normalizer": "none", "kl_beta": 0.3, "kl_estimator": 2}
+    given, _, given_meta = train_step(make_model(torch.float64), tokenizer, batch, 2, ref_log_probs=ref, **arguments)
+    scored, _, scored_meta = train_step(make_model(torch.float64), tokenizer, batch, 3, ref_model=reference,
+                                        **arguments)
+    assert relative_difference(scored, given) < 1e-10
+    assert float(given_meta["kl_mean"]) > 0
+    assert float(scored_meta["kl_mean"]) == pytest.approx(float(given_meta["kl_mean"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("change, argument", [
+    ({"kl_beta": 0.1}, "ref_log_probs and ref_model"),
+    ({"kl_beta": -0.1, "ref_log_probs": torch.zeros(8, 40)}, "kl_beta"),
+    ({"kl_beta": 0.1, "ref_log_probs": torch.zeros(8, 40), "kl_estimator": 4}, "kl_estimator"),
+    ({"kl_beta": 0.1, "ref_log_probs": torch.zeros(8, 3)}, "ref_log_probs"),
+    ({"sampler_log_probs": torch.zeros(7, 40)}, "sampler_log_probs"),
+    ({"sampler_log_probs": torch.zeros(8, 40), "tis_cap": 0}, "tis_cap"),
+])
+def test_bad_penalty_inputs_raise_naming_the_argument(make_model, tokenizer, change, argument):
+    batch = make_rollout_batch()
+    model = make_model(torch.float64)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=argument):
+        train_step(model, tokenizer, batch, 2, **change)
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def test_the_train_step_reads_on_one_screen():
+    # the pipeline stays readable: its steps live in named helpers (course/train_step.py)
+    assert len(inspect.getsource(grpo_train_step).splitlines()) <= 80

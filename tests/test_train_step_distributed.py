@@ -5,8 +5,9 @@ rollout batch and run grpo_train_step on a DistributedDataParallel-wrapped float
 SGD(lr=1). DDP averages the two ranks' gradients, so the step must scale each rank's loss (B and N
 summed over ranks, times the world size) for the update to equal −∇L of the full batch, computed
 here in one process by the naive reference. The ranks' token counts differ (13 vs 25), so a
-token-mode step that used its own rank's count would fail; in the last batch one rank holds only a
-zero-advantage group, skips every row, and must still join the gradient all-reduce.
+token-mode step that used its own rank's count would fail; in some batches one rank holds only a
+zero-advantage group, whose rows still carry the KL penalty's gradient. With a KL penalty and TIS
+weights (reference and sampler log-probs sliced like the old ones) the update is still the full batch's.
 """
 
 import os
@@ -36,13 +37,15 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
 CONSTANT = 40.0
 WORLD_SIZE = 2
-# (case name, zero-advantage group?, method, loss normalization, gradient accumulation steps)
-CASES = [(f"{method}-{mode}-{zero}", zero, method, mode, gas)
+KL_BETA, TIS_CAP = 0.5, 1.2
+# (case name, zero-advantage group?, method, loss normalization, gradient accumulation steps,
+#  KL penalty?, TIS weights?)
+CASES = [(f"{method}-{mode}-{zero}", zero, method, mode, gas, False, False)
          for mode in ("token", "sequence", "constant")
          for zero, method, gas in ((False, "grpo", 2), (True, "none", 1))]
-# rank 0 scores two micro-batches, rank 1 none: rank 1 pads with zero-weight passes and the update is
-# still exact
-CASES.append(("grpo-token-uneven-passes", True, "grpo", "token", 2))
+CASES += [("grpo-token-zero-group-kl-tis", True, "grpo", "token", 2, True, True),
+          ("none-sequence-kl", False, "none", "sequence", 3, True, False),
+          ("cispo-constant-tis", False, "cispo", "constant", 1, False, True)]
 
 
 def _rank_rows(zero_group: bool, rank: int) -> list[int]:
@@ -56,10 +59,21 @@ def _arguments(method, mode, old):
         "advantage_normalizer": "none",  # exact in float32, see test_train_step.py
         "importance_reweighting_method": method,
         "old_log_probs": old if method != "none" else None,
-        "cliprange": 0.2 if method == "grpo" else None,
+        "cliprange": 0.2 if method in ("grpo", "cispo") else None,
         "loss_normalization": mode,
         "normalization_constant": CONSTANT if mode == "constant" else None,
     }
+
+
+def _penalties(model, batch, tokenizer, kl: bool, tis: bool) -> dict:
+    """Whole-batch (B, T) reference and sampler log-probs: the model's own, perturbed."""
+    penalties = {}
+    if kl:
+        penalties.update(kl_beta=KL_BETA, kl_estimator=2,
+                         ref_log_probs=make_old_log_probs(model, batch, tokenizer, seed=1, scale=0.5))
+    if tis:
+        penalties.update(sampler_log_probs=make_old_log_probs(model, batch, tokenizer, seed=2), tis_cap=TIS_CAP)
+    return penalties
 
 
 def _worker(rank: int, port: int, directory: str) -> None:
@@ -67,20 +81,22 @@ def _worker(rank: int, port: int, directory: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
     try:
-        for name, zero_group, method, mode, gas in CASES:
+        for name, zero_group, method, mode, gas, kl, tis in CASES:
             model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
             batch = make_rollout_batch(zero_group)
             old = make_old_log_probs(model, batch, tokenizer)  # the full batch's, sliced below
+            penalties = _penalties(model, batch, tokenizer, kl, tis)
             rows = _rank_rows(zero_group, rank)
             mine = {key: [batch[key][i] for i in rows]
                     for key in ("prompts", "responses", "ground_truths")}
             width = tokenize(mine["prompts"], mine["responses"], tokenizer)["input_ids"].shape[1]
+            penalties = {k: v[rows, :width] if isinstance(v, torch.Tensor) else v for k, v in penalties.items()}
             ddp = torch.nn.parallel.DistributedDataParallel(model)
             optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)
             before = [p.detach().clone() for p in model.parameters()]
             grpo_train_step(ddp, tokenizer, optimizer, gas, None, reward_fn, mine["prompts"],
                             mine["responses"], mine["ground_truths"], batch["group_size"],
-                            **_arguments(method, mode, old[rows, :width]))
+                            **_arguments(method, mode, old[rows, :width]), **penalties)
             update = [p.detach() - b for p, b in zip(model.parameters(), before)]
             torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
         dist.barrier()
@@ -110,12 +126,12 @@ def test_ddp_over_whole_groups_equals_single_process_full_batch(tmp_path):
             process.kill()
         pytest.fail("distributed workers did not finish within 240 s (a rank left a collective?)")
 
-    for name, zero_group, method, mode, _ in CASES:
+    for name, zero_group, method, mode, _, kl, tis in CASES:
         model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
         batch = make_rollout_batch(zero_group)
         old = make_old_log_probs(model, batch, tokenizer)
-        loss = full_batch_loss(model, tokenizer, batch, method, mode, old, 0.2, CONSTANT,
-                               normalizer="none")
+        loss = full_batch_loss(model, tokenizer, batch, method, mode, old if method != "none" else None, 0.2,
+                               CONSTANT, normalizer="none", **_penalties(model, batch, tokenizer, kl, tis))
         expected = [-g for g in gradient(model, [loss])]
         assert max(g.abs().max() for g in expected) > 1e-4  # the check is not vacuous
         for rank in range(WORLD_SIZE):
