@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-from jinja2 import DictLoader
+from jinja2 import DictLoader, pass_context
 from latex2mathml.converter import convert
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
@@ -54,6 +54,7 @@ class OfflineHTMLExporter(HTMLExporter):
         super().__init__(extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
                          template_file="offline.html.j2", **kwargs)
 
+    @pass_context
     def markdown2html(self, context, source):
         cell = context.get("cell", {})
         renderer = MathMLRenderer(escape=False, attachments=cell.get("attachments", {}),
