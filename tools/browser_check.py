@@ -135,14 +135,15 @@ def check(notebook: Path, screenshot: Path, timeout: float) -> dict:
         started = driver.execute_async_script(RUN_ALL)
         if started != "ok":
             raise RuntimeError(f"running the cells failed: {started}")
-        output = wait_until(lambda: (lambda text: text if text and SCORE.search(text) or "Error" in (text or "")
-                                     else None)(driver.execute_script(SHOW_CHECK_CELL)),
-                            timeout, "the check cell's output")
+        # run-all stops at the first error, as it does for a student: then the check cell stays empty
+        errors_js = ("return [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type=\"application/"
+                     "vnd.jupyter.stderr\"]')].map((e) => e.innerText).filter((t) => t.includes('Error'))")
+        wait_until(lambda: SCORE.search(driver.execute_script(SHOW_CHECK_CELL) or "")
+                   or driver.execute_script(errors_js), timeout, "the check cell's output or an error")
         time.sleep(1)  # let the layout settle before the picture
+        output = driver.execute_script(SHOW_CHECK_CELL) or ""
         driver.save_screenshot(str(screenshot))
-        errors = driver.execute_script(
-            "return [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type=\"application/"
-            "vnd.jupyter.stderr\"]')].map((e) => e.innerText).filter((t) => t.includes('Error'))")
+        errors = driver.execute_script(errors_js)
         score = SCORE.search(output)
         return {"notebook": notebook.name, "check_output": output.strip().splitlines(),
                 "score": score.group(0) if score else None,
