@@ -44,6 +44,28 @@ def use_course_style() -> None:
     matplotlib.rcParams.update(COURSE_STYLE)
 
 
+def slider(draw, **controls) -> None:
+    """Show ipywidgets `controls` under the static figure a notebook has just drawn; moving one
+    redraws `draw(**values)` below it.
+
+    Nothing is drawn until a control moves, so a headless run (nbclient, nbgrader, nbconvert)
+    executes no widget callback and an HTML export keeps the static figure as the fallback.
+    """
+    from IPython.display import display
+    from ipywidgets import Output, VBox
+
+    output = Output()
+
+    def redraw(_change=None) -> None:
+        with output:
+            output.clear_output(wait=True)
+            draw(**{name: control.value for name, control in controls.items()})
+
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    display(VBox([*controls.values(), output]))
+
+
 def read_metrics(path: str | Path) -> list[dict]:
     """The records of a `metrics.jsonl` file, in order."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
