@@ -19,13 +19,15 @@ class Stage:
     notebook: str  # its file in solutions/ and notebooks/
     module: str  # where its graded functions live in `course`
     functions: dict[str, int]  # graded function -> points, in the notebook's order
+    # support modules that hold part of this stage's reference (the autograder stubs them with it)
+    helper_modules: tuple[str, ...] = ()
 
 
 REGISTRY: tuple[Stage, ...] = (
     Stage("1_tokenization", "Tokenization", "01_tokenization.ipynb", "course.tokenization",
           {"tokenize_prompt_and_output": 6}),
     Stage("2_scoring", "Log-probabilities and entropy", "02_log_probs.ipynb", "course.scoring",
-          {"compute_entropy": 4, "get_response_log_probs": 8}),
+          {"compute_entropy": 4, "get_response_log_probs": 8}, ("course.chunked_head",)),
     Stage("3_advantages", "Rewards and group-normalized advantages",
           "03_rewards_and_advantages.ipynb", "course.advantages",
           {"compute_rollout_rewards": 3, "compute_group_normalized_rewards": 7}),
@@ -44,4 +46,5 @@ STAGES: dict[str, tuple[str, ...]] = {s.key: tuple(s.functions) for s in REGISTR
 GRADED_FUNCTIONS: tuple[str, ...] = tuple(name for s in REGISTRY for name in s.functions)
 STAGE_OF: dict[str, str] = {name: s.key for s in REGISTRY for name in s.functions}
 HOME_MODULES: dict[str, str] = {name: s.module for s in REGISTRY for name in s.functions}
+STAGE_MODULES: dict[str, str] = {module: s.key for s in REGISTRY for module in (s.module, *s.helper_modules)}
 POINTS: dict[str, int] = {name: points for s in REGISTRY for name, points in s.functions.items()}

@@ -1,7 +1,11 @@
 """Regenerate the student notebooks (notebooks/) from the instructor notebooks (solutions/).
 
-    python -m course.release            # rewrite notebooks/ from solutions/
-    python -m course.release --check    # exit 1 if notebooks/ differs from what would be written
+    python -m course.release              # common-mistakes cells, then notebooks/ from solutions/
+    python -m course.release --check      # exit 1 if either is out of date; write nothing
+    python -m course.release --html OUT   # executed HTML pages that read offline (course.html_export)
+
+First it rewrites the "Common mistakes" cell of every solution notebook from the autograder's
+checks (`course.mistakes`), so one command brings both up to date after the checks change.
 
 This runs the real nbgrader (`nbgrader generate_assignment`, https://nbgrader.readthedocs.io) in a
 throw-away course directory laid out as nbgrader expects:
@@ -23,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from course.mistakes import stale_notebooks, write_sections
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "grpo"  # the nbgrader assignment id the release, the tests and instructors share
@@ -108,14 +114,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
     parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks")
     parser.add_argument("--check", action="store_true", help="only report drift; write nothing")
+    parser.add_argument("--html", type=Path, metavar="OUT",
+                        help="write executed HTML pages that read offline into OUT (nothing else)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="with --html: these notebooks only")
+    parser.add_argument("--force", action="store_true", help="with --html: overwrite existing pages")
     args = parser.parse_args(argv)
+    if (args.only or args.force) and args.html is None:
+        parser.error("--only and --force go with --html")
+
+    if args.html is not None:
+        from course.html_export import export_all  # nbconvert and latex2mathml only when asked
+
+        try:
+            pages = export_all(args.solutions, args.notebooks, args.html, args.only, args.force)
+        except (ValueError, FileExistsError) as error:
+            parser.error(str(error))
+        for page in pages:
+            print(f"wrote {page}")
+        return 0
 
     if args.check:
+        stale_cells = stale_notebooks(args.solutions)
+        for name in stale_cells:
+            print(f"out of date: {args.solutions / name} (its common-mistakes cell)")
         stale = stale_files(args.solutions, args.notebooks)
         for name in stale:
             print(f"out of date: {args.notebooks / name}")
-        print("notebooks/ is up to date" if not stale else "run `python -m course.release`")
-        return 1 if stale else 0
+        current = not stale and not stale_cells
+        print("solutions/ and notebooks/ are up to date" if current else "run `python -m course.release`")
+        return 0 if current else 1
+
+    for path in write_sections(args.solutions):
+        print(f"wrote {path} (its common-mistakes cell)")
 
     # Remove released notebooks whose solution is gone; keep README.md and anything else.
     keep = {p.name for p in solution_notebooks(args.solutions)}

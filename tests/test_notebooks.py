@@ -6,7 +6,11 @@
 - notebooks/ is byte for byte what `python -m course.release` makes from solutions/;
 - nbgrader (generate_assignment, autograde with the sqlite gradebook) gives the solutions full marks
   and the blank release zero; `pytest autograder --submission solutions` gives full marks;
-- the notebooks' nbgrader metadata is what nbgrader and the autograder rely on.
+- the notebooks' nbgrader metadata is what nbgrader and the autograder rely on;
+- every notebook teaches the same way: a predict-then-run question, a common-mistakes cell that is
+  what `course.mistakes` writes from the autograder's checks, a recap, arXiv references, code lines
+  of at most 88 characters, plot text of 10 pt and up with labelled y-axes;
+- `python -m course.release --html` writes pages that load nothing from the network and show math.
 
 The kernel is this interpreter (`sys.executable`), whatever kernelspecs the machine has: a
 throw-away `python3` kernelspec is put first on JUPYTER_PATH, and the repository on PYTHONPATH, for
@@ -31,6 +35,7 @@ import pytest
 from nbclient import NotebookClient
 
 import course
+from course.mistakes import TAG, stale_notebooks, write_sections
 from course.release import ASSIGNMENT, nbgrader_environment, stale_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +150,95 @@ def test_every_graded_function_has_one_solution_cell_and_one_check():
         assert covering == defined[function], f"{function}: checked in {covering}, defined in {defined[function]}"
 
 
+# --- static: what every notebook teaches with ------------------------------------------------------
+
+def code_cells(notebook):
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+@pytest.mark.parametrize("name", SOLUTION_NAMES)
+def test_notebook_has_a_prediction_mistakes_recap_and_references(name):
+    notebook = nbformat.read(SOLUTIONS / name, as_version=4)
+    cells = notebook.cells
+    # predict, then run: a question, a free cell for the guess, and a later cell that prints it
+    asks = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "Predict, then run" in c.source]
+    assert asks, f"{name} has no predict-then-run question"
+    guess = cells[asks[0] + 1]
+    assert guess.cell_type == "code" and not nbgrader_meta(guess) and "= None" in guess.source, guess.source
+    guessed = re.findall(r"^(\w+) = None", guess.source, re.M)
+    assert guessed and all(any(g in c.source for c in code_cells(notebook)[1:] if c is not guess) for g in guessed)
+    tagged = [c for c in cells if TAG in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and "Common mistakes" in tagged[0].source.split("\n")[0], name
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert re.search(r"^## \d+\. What (the next stage needs|you have)", text, re.M), f"{name} has no recap"
+    assert "## References" in text and "](https://arxiv.org/abs/" in text, f"{name} has no arXiv links"
+    numbers = [int(n) for n in re.findall(r"^## (\d+)\. ", text, re.M)]
+    assert numbers == list(range(1, len(numbers) + 1)), f"{name}: sections numbered {numbers}"
+
+
+@pytest.mark.parametrize("name", SOLUTION_NAMES)
+def test_notebook_reads_well(name):
+    """Code fits JupyterLab's width, plots are legible, and nothing points outside the repository."""
+    notebook = nbformat.read(SOLUTIONS / name, as_version=4)
+    for cell in code_cells(notebook):
+        long = [line for line in cell.source.splitlines() if len(line) > 88]
+        assert long == [], f"{name} cell {cell.id}: lines over 88 characters: {long}"
+        small = [int(size) for size in re.findall(r"fontsize\s*=\s*(\d+)", cell.source) if int(size) < 10]
+        assert small == [], f"{name} cell {cell.id}: plot text below 10 pt"
+        if re.search(r"plt\.(subplots|figure)\(", cell.source):
+            assert "ylabel" in cell.source, f"{name} cell {cell.id}: a plot without a y-axis label"
+    setup = next(c for c in code_cells(notebook) if "import matplotlib" in c.source)
+    assert "use_course_style()" in setup.source, f"{name}: plots not in the course style"
+    assert "SPEC" not in json.dumps(notebook), f"{name} mentions SPEC"
+
+
+def test_common_mistakes_cells_are_current():
+    stale = stale_notebooks(SOLUTIONS)
+    assert stale == [], f"common-mistakes cells out of date in {stale}: run `python -m course.release`"
+
+
+def test_common_mistakes_follow_the_checks(tmp_path):
+    """A mistake added to a check shows up, after the one command, in its stage's notebook only."""
+    checks = tmp_path / "checks"
+    shutil.copytree(REPO_ROOT / "autograder" / "checks", checks)
+    with (checks / "aggregation.py").open("a") as module:
+        module.write('''
+
+@check(FN, "an invented check", points=1)
+def invented(ctx) -> None:
+    compare_scalar(0.0, 1.0, "the loss", [
+        Mistake("an invented mistake", "an invented fix", lambda: torch.zeros(()))])
+''')
+    solutions = tmp_path / "solutions"
+    shutil.copytree(SOLUTIONS, solutions)
+    stale = stale_notebooks(solutions, checks)
+    assert "05_loss_normalization.ipynb" in stale and "01_tokenization.ipynb" not in stale, stale
+    write_sections(solutions, checks)
+    assert stale_notebooks(solutions, checks) == []
+    cell = next(c for c in nbformat.read(solutions / "05_loss_normalization.ipynb", 4).cells
+                if TAG in c.metadata.get("tags", []))
+    assert "*an invented mistake*. Fix: an invented fix." in cell.source
+
+
+def test_training_curves_are_legible(tmp_path):
+    from matplotlib.text import Text
+
+    from course.plotting import COURSE_STYLE, PANELS, _training_curves
+
+    keys = [key for _, _, panel in PANELS for key in panel]
+    records = [{"step": step, **{key: 0.0 if key == "clip_fraction" else 0.1 * step for key in keys}}
+               for step in range(1, 6)]
+    import matplotlib
+
+    with matplotlib.rc_context(COURSE_STYLE):
+        figure = _training_curves(records, None)
+    for axis in figure.axes:
+        assert axis.get_ylabel(), f"panel {axis.get_title()!r} has no y-axis label"
+    sizes = [t.get_fontsize() for t in figure.findobj(Text) if t.get_text()]
+    assert sizes and min(sizes) >= 10, sorted(sizes)[:5]
+    assert any("one update per rollout" in t.get_text() for t in figure.findobj(Text))
+
+
 # --- executing the notebooks -----------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -182,6 +276,27 @@ def test_release_notebook_runs_up_to_first_student_cell(name, kernel_environment
     assert "BEGIN SOLUTION" not in json.dumps(notebook), f"{name} leaks a solution"
     notebook.cells = notebook.cells[:first]
     execute(notebook, tmp_path)
+
+
+@pytest.mark.slow
+def test_html_export_reads_offline(kernel_environment, tmp_path):
+    """`python -m course.release --html` on notebook 01: math as MathML, no network URL for a script,
+    a style sheet or a font, and the solution code replaced by the release's stub."""
+    command = [sys.executable, "-m", "course.release", "--html", str(tmp_path), "--only", SOLUTION_NAMES[0]]
+    run = subprocess.run(command, cwd=REPO_ROOT, env=kernel_environment, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = (tmp_path / SOLUTION_NAMES[0]).with_suffix(".html").read_text()
+    remote = re.findall(r"<(?:script|link|img)[^>]*(?:src|href)=[\"']?https?://[^>]*>|url\(\s*[\"']?https?://[^)]*\)|"
+                        r"@import\s+[\"']https?://[^;]*", page)
+    assert remote == [], remote
+    markdown = "\n".join(c.source for c in nbformat.read(SOLUTIONS / SOLUTION_NAMES[0], 4).cells
+                          if c.cell_type == "markdown")
+    spans = len(re.findall(r"\$\$.+?\$\$|\$.+?\$", markdown, re.S))
+    assert spans > 5 and page.count("<math ") >= spans, (spans, page.count("<math "))
+    assert "YOUR CODE HERE" in page and "NotImplementedError" in page and "BEGIN SOLUTION" not in page
+    assert page.count("data:image/png;base64") >= 1  # the executed plot
+    again = subprocess.run(command, cwd=REPO_ROOT, env=kernel_environment, capture_output=True, text=True)
+    assert again.returncode != 0 and "--force" in again.stderr  # an existing page is never overwritten
 
 
 def test_release_is_what_nbgrader_makes_from_solutions():

@@ -11,7 +11,7 @@ import torch
 from naive import entropy, relative_difference, response_log_probs, tokenize
 
 from course import compute_entropy, get_response_log_probs
-from course.scoring import CHUNKABLE_MODEL_TYPES
+from course.chunked_head import CHUNKABLE_MODEL_TYPES
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -163,16 +163,16 @@ def test_bf16_model_is_scored_in_fp32(make_model, batch, chunk):
 
 def _largest_logits_block(model, batch, chunk, monkeypatch):
     """The most logits one output-head call made: the module's own call, or a tile of the chunked one."""
-    import course.scoring
+    import course.chunked_head
 
     sizes = []
-    block_logits = course.scoring._block_logits
+    block_logits = course.chunked_head._block_logits
 
     def spy(hidden, weight, buffer):
         sizes.append(hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
         return block_logits(hidden, weight, buffer)
 
-    monkeypatch.setattr(course.scoring, "_block_logits", spy)
+    monkeypatch.setattr(course.chunked_head, "_block_logits", spy)
     hook = model.get_output_embeddings().register_forward_hook(
         lambda module, args, output: sizes.append(output.numel()))
     try:
@@ -316,9 +316,9 @@ def test_logprob_benchmark_refuses_cuda_without_a_gpu():
 
 def test_chunked_tiles_of_few_rows_match_plain(make_model, batch, monkeypatch):
     # long batches split the rows too (B · T > 4096); here 7 rows a tile: partial row and vocab tiles
-    import course.scoring
+    import course.chunked_head
 
-    monkeypatch.setattr(course.scoring, "_MAX_TILE_ROWS", 7)
+    monkeypatch.setattr(course.chunked_head, "_MAX_TILE_ROWS", 7)
     model = make_model(torch.float64)
     plain, plain_grads = _values_and_gradients(model, batch, 0)
     chunked, chunked_grads = _values_and_gradients(model, batch, 2)

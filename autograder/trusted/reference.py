@@ -16,7 +16,7 @@ import pkgutil
 from collections import Counter
 from pathlib import Path
 
-from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_OF, STAGES
+from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
 
 
 def reference(name: str):
@@ -96,7 +96,7 @@ def is_reference(function, name: str) -> bool:
 # step may use the reference tokenizer). A pasted copy is caught on this side, from the source.
 COURSE_DIR = Path(__file__).resolve().parents[2] / "course"
 STAGE_NUMBER = {stage: number for number, stage in enumerate(STAGES, start=1)}
-MODULE_STAGE = {module: STAGE_NUMBER[STAGE_OF[name]] for name, module in HOME_MODULES.items()}
+MODULE_STAGE = {module: STAGE_NUMBER[stage] for module, stage in STAGE_MODULES.items()}
 STUB = ("def {name}(*args, **kwargs):\n"
         "    __reference_called__({name!r})\n"
         "{name}.__grader_stub__ = {name!r}\n")
