@@ -1,13 +1,21 @@
-"""The trusted judging vocabulary: checks, cases with stored expected values, and comparisons.
+"""The trusted judging vocabulary: checks, cases with stored inputs and expected values, comparisons.
 
 A check is a named, pointed function of a `Context` (see `grader.py`) that either returns (full
-points) or raises `Fail` with the reason (zero points). Comparisons know the common wrong answers:
+points) or raises `Fail` with the reason (zero points). A check may be `paid_with` the main value
+check of its function: error paths and properties that a constant satisfies pay only for code that
+also computes the right values. Comparisons know the common wrong answers:
 `compare(got, expected, what, mistakes)` computes each mistake's answer from the same inputs and,
 when the student's output matches one, says "this looks like X; fix: Y".
+
+No verdict depends on the bit-exact floats of a machine: stored cases keep their inputs (the
+submission is fed exactly those), outputs are compared with the tolerances below, each justified
+by the arithmetic that produces the value, and a stored case is stale only when its definition
+(the layout of its inputs) changes, never when a machine rounds differently.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,19 +39,60 @@ class Check:
     points: float
     run: Callable
     needs_cuda: bool = False
+    paid_with: str | None = None  # title of the check of the same function this one is paid with
 
     @property
     def name(self) -> str:
         return f"{self.function}: {self.title}".translate(ASCII)
 
     @property
+    def gate(self) -> str | None:
+        """The name of the check that must pass for this one to pay (None: paid on its own)."""
+        return f"{self.function}: {self.paid_with}".translate(ASCII) if self.paid_with else None
+
+    @property
     def stage(self) -> str:
         return STAGE_OF[self.function]
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """|got − expected| ≤ atol + rtol·|expected|, elementwise; `why` is the arithmetic behind it."""
+
+    rtol: float
+    atol: float
+    why: str
+
+
+# Measured across ATEN_CPU_CAPABILITY default/avx2/avx512, 1-2 threads and one-ulp input changes
+# (tests/test_portability.py). A float64 exp/log differs by ≤ 1 ulp (1.1e-16) between math libraries.
+VALUES = Tolerance(1e-6, 1e-8, "float64 cases: libm and SIMD widths differ by ≤ 1e-15 relative, and one "
+                   "ulp in a group of equal rewards, divided by std + eps = 1e-6, by 2e-10 absolute (1/45 "
+                   "of atol); rtol leaves room for correct code that rounds once in float32 (a float32 "
+                   "torch.tensor(cap): 2e-8). Known bugs move a value by ≥ 1e-2 (eps inside the sqrt: "
+                   "6e-7 at eps = 1e-6, but 10% in the eps = 0.1 cases)")
+MODEL = Tolerance(1e-5, 1e-5, "the float64 tiny OLMo2 normalizes in float32 (RMSNorm upcasts): log-probs "
+                  "move by ≤ 7e-8 across CPU capabilities and one-ulp weights (1/800 of the tolerance); "
+                  "the nearest known bug (unnormalized logits) is off by logsumexp ≈ 4")
+UPDATE = Tolerance(1e-5, 1e-5, "a train-step update through the float32 RMSNorm: ≤ 5e-8 (4e-7 of the "
+                   "largest entry) across CPU capabilities, 1/28 of the tolerance (atol is scaled by the "
+                   "largest entry); wrong normalizations move it by ≥ 5%")
+METADATA = Tolerance(1e-5, 1e-7, "train-step losses are sums of float32-rounded terms of opposite sign: "
+                     "≤ 3.5e-9 absolute / 9e-7 relative across CPU capabilities, ≥ 11× inside; "
+                     "a wrong count or normalization is off by ≥ 1%")
+LARGE_LOGITS = Tolerance(1e-4, 1e-3, "float32 logits near 1e3 carry 6e-5 absolute rounding into logsumexp: "
+                         "16× room; the naive softmax·log gives NaN")
+BFLOAT16 = Tolerance(0.0, 2e-3, "float32 log-softmax of the same bfloat16 logits; a bfloat16 log-softmax "
+                     "is off by up to 2^-8·|log p| ≈ 1e-2")
+
+
 @dataclass
 class Case:
-    """Inputs made from a seed, and the reference's answer for them (stored for `seeds`)."""
+    """Inputs made from a seed, and the reference's answer for them.
+
+    For `seeds`, the inputs and the answer are stored in autograder/fixtures/expected.pt: the
+    submission is fed the stored inputs, so a machine that rounds `make` differently changes nothing.
+    """
 
     name: str
     make: Callable[[int], dict]
@@ -59,12 +108,17 @@ class Mistake:
 
 
 CHECKS: list[Check] = []
+CHECK_NAMED: dict[str, Check] = {}
 CASES: dict[str, Case] = {}
 
 
-def check(function: str, title: str, points: float = 1, needs_cuda: bool = False):
+def check(function: str, title: str, points: float = 1, needs_cuda: bool = False,
+          paid_with: str | None = None):
+    """Register a check; `paid_with` names (by title) the value check this one is paid with."""
     def register(run):
-        CHECKS.append(Check(function, title, points, run, needs_cuda))
+        registered = Check(function, title, points, run, needs_cuda, paid_with)
+        CHECKS.append(registered)
+        CHECK_NAMED[registered.name] = registered
         return run
     return register
 
@@ -76,27 +130,40 @@ def case(name: str, expected: Callable, seeds: tuple = (0, 1)):
     return register
 
 
-def digest(value) -> str:
-    """A stable fingerprint of case inputs, so stored expected values go stale loudly."""
-    h = hashlib.sha256()
+def layout(value):
+    """The shape of `value` without its float bits: keys, lengths, tensor dtypes and shapes, and the
+    exact value of strings, ints and markers. Two machines always agree on it."""
+    if isinstance(value, torch.Tensor):
+        return f"T{value.dtype}{tuple(value.shape)}"
+    if isinstance(value, dict):
+        return {str(k): layout(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [layout(v) for v in value]
+    return repr(value)
 
-    def feed(v):
-        if isinstance(v, torch.Tensor):
-            h.update(f"T{v.dtype}{tuple(v.shape)}".encode())
-            h.update(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        elif isinstance(v, dict):
-            for k in sorted(v):
-                h.update(f"K{k}".encode())
-                feed(v[k])
-        elif isinstance(v, (list, tuple)):
-            h.update(f"L{len(v)}".encode())
-            for item in v:
-                feed(item)
-        else:
-            h.update(f"V{v!r}".encode())
 
-    feed(value)
-    return h.hexdigest()[:16]
+def fingerprint(spec: Case) -> str:
+    """The definition of a stored case: its name, seeds and the layout of its inputs.
+
+    It changes when a developer changes what a case feeds the submission (then run `python -m
+    autograder.fixtures`), never with the machine, the torch or the Python version. Changes of
+    values within the same layout keep the stored inputs and answers consistent with each other;
+    tests/test_autograder_fixtures.py still asks for a regeneration then.
+    """
+    layouts = [layout(spec.make(seed)) for seed in spec.seeds]
+    return hashlib.sha256(repr((spec.name, spec.seeds, layouts)).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Trusted reference work on one thread: the worker's setting, and for tiny models several times
+    faster than two threads that spin against each other on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def tensor(got, what: str) -> torch.Tensor:
@@ -117,12 +184,17 @@ def close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -
     return bool(torch.allclose(got.double(), expected.double(), rtol=rtol, atol=atol))
 
 
+def number(value: float) -> str:
+    """Every digit a float64 has (repr's shortest round-trip), so two printed values never look equal."""
+    return repr(float(value))
+
+
 def _where(got: torch.Tensor, expected: torch.Tensor) -> str:
     g, e = got.detach().double(), expected.detach().double()
     error = (g - e).abs().nan_to_num(float("inf"))
     index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape)) if error.ndim else ()
     return (f"largest difference {float(error.max()):.3g} at index {list(index)}: "
-            f"got {float(g[index]):.6g}, expected {float(e[index]):.6g}")
+            f"got {number(g[index])} ({got.dtype}), expected {number(e[index])} ({expected.dtype})")
 
 
 def diagnose(got, mistakes, rtol: float, atol: float) -> str | None:
@@ -137,10 +209,13 @@ def diagnose(got, mistakes, rtol: float, atol: float) -> str | None:
     return None
 
 
-def compare(got, expected: torch.Tensor, what: str, mistakes=(), rtol: float = 1e-7,
-            atol: float = 1e-9) -> None:
-    """Fail with a diagnosis unless `got` matches `expected` (a trusted tensor)."""
+def compare(got, expected: torch.Tensor, what: str, mistakes=(), tolerance: Tolerance = VALUES,
+            scale: float = 1.0) -> None:
+    """Fail with a diagnosis unless `got` matches `expected` (a trusted tensor).
+
+    `scale` multiplies atol, for values whose rounding is relative to their largest entry."""
     got = tensor(got, what)
+    rtol, atol = tolerance.rtol, tolerance.atol * scale
     if close(got, expected, rtol, atol):
         return
     hint = diagnose(got, mistakes, rtol, atol)
@@ -164,14 +239,16 @@ def scalar(got, what: str) -> float:
                f"{type(got).__name__}{list(got.shape) if isinstance(got, torch.Tensor) else ''}")
 
 
-def compare_scalar(got, expected: float, what: str, mistakes=(), rtol=1e-6, atol=1e-8) -> None:
+def compare_scalar(got, expected: float, what: str, mistakes=(), tolerance: Tolerance = VALUES) -> None:
     value = scalar(got, what)
+    rtol, atol = tolerance.rtol, tolerance.atol
     if abs(value - expected) <= atol + rtol * abs(expected):
         return
     hint = diagnose(torch.tensor(value, dtype=torch.float64), mistakes, rtol, atol)
     if hint:
         raise Fail(f"{what} is wrong: {hint}")
-    raise Fail(f"{what} is {value:.6g}, expected {expected:.6g}")
+    kind = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+    raise Fail(f"{what} is {number(value)} ({kind}), expected {number(expected)}")
 
 
 def field(output, key: str, what: str):

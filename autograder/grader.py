@@ -48,6 +48,7 @@ class CaseRun:
 
 
 def load_fixtures(path: Path = FIXTURES) -> dict:
+    """{case name: {"fingerprint": definition, "seeds": {seed: {"inputs", "expected"}}}}."""
     if not path.exists():
         return {}
     return torch.load(path, weights_only=True)
@@ -160,6 +161,7 @@ class Grader:
             self.copied = copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
+        self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
         self.case_cache: dict[str, list] = {}
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
@@ -269,16 +271,28 @@ class Grader:
         if check.needs_cuda and self.device != "cuda":
             result = self._record(check, None, "skipped: needs --device cuda and a GPU", started)
             return result
-        try:
-            check.run(Context(self, check))
-            score, output = check.points, "passed"
-        except Fail as exc:
-            score, output = 0.0, str(exc)
-        except Exception as exc:  # a judge must never take the grader down
-            score = 0.0
-            output = (f"the grader could not judge this check ({type(exc).__name__}: {exc}); "
-                      f"{traceback.format_exc(limit=-2)}")
+        score, output = self._judge(check)
+        if check.gate:
+            gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])
+            if gate_score == 0:
+                note = f"paid only when '{check.gate}' passes"
+                output = (f"this check passes, but it is {note}, and that check failed: {gate_output}"
+                          if score else f"{output} ({note})")
+                score = 0.0
         return self._record(check, score, output, started)
+
+    def _judge(self, check: core.Check) -> tuple:
+        """(score, output) of `check` on its own, judged once per grading (gates reuse it)."""
+        if check.name not in self.verdicts:
+            try:
+                check.run(Context(self, check))
+                self.verdicts[check.name] = (check.points, "passed")
+            except Fail as exc:
+                self.verdicts[check.name] = (0.0, str(exc))
+            except Exception as exc:  # a judge must never take the grader down
+                self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
+                                             f"({type(exc).__name__}: {exc}); {traceback.format_exc(limit=-2)}")
+        return self.verdicts[check.name]
 
     def _record(self, check, score, output, started) -> dict:
         result = {"name": check.name, "function": check.function, "stage": check.stage,
@@ -349,25 +363,25 @@ class Context:
         return response["runs"]
 
     def cases(self, name: str) -> list[CaseRun]:
-        """The stored cases (expected from fixtures) and one fresh case (expected computed now)."""
+        """The stored cases (inputs and expected from the fixtures) and one fresh case (drawn from
+        --seed, expected computed by the reference now, in this trusted process)."""
         if name not in self.grader.case_cache:
             self.grader.case_cache[name] = self._make_cases(name)
         return self.grader.case_cache[name]
 
     def _make_cases(self, name: str) -> list[CaseRun]:
         spec = CASES[name]
-        stored = self.grader.fixtures.get(name, {})
-        runs = []
-        for number, seed in enumerate(spec.seeds, start=1):
-            inputs = spec.make(seed)
-            entry = stored.get(str(seed))
-            if entry is None or entry["digest"] != core.digest(inputs):
-                raise RuntimeError(f"stored expected values for {name!r} are missing or stale: "
-                                   "run `python -m autograder.fixtures`")
-            runs.append(CaseRun(f"case {number}", inputs, entry["expected"], False))
-        fresh_inputs = spec.make(self.grader.seed)
-        runs.append(CaseRun(f"fresh case (seed {self.grader.seed})", fresh_inputs,
-                            spec.expected(fresh_inputs), True))
+        stored = self.grader.fixtures.get(name)
+        if stored is None or stored.get("fingerprint") != core.fingerprint(spec):
+            raise RuntimeError(f"the stored case {name!r} is missing or its definition changed: "
+                               "run `python -m autograder.fixtures`")
+        runs = [CaseRun(f"case {number}", stored["seeds"][str(seed)]["inputs"],
+                        stored["seeds"][str(seed)]["expected"], False)
+                for number, seed in enumerate(spec.seeds, start=1)]
+        with core.one_thread():
+            fresh_inputs = spec.make(self.grader.seed)
+            runs.append(CaseRun(f"fresh case (seed {self.grader.seed})", fresh_inputs,
+                                spec.expected(fresh_inputs), True))
         return runs
 
 
@@ -382,10 +396,12 @@ def describe_error(function: str, response: dict) -> str:
     return f"{function}: unexpected answer from the probe (status {status!r})"
 
 
-def judge_cases(ctx: Context, case_name: str, judge) -> None:
-    """Run `judge(case_run)` on every case; catch an implementation that only knows the stored ones."""
+def judge_cases(ctx: Context, case_name: str, judge, stored: int | None = None) -> None:
+    """Run `judge(case_run)` on the stored cases (the first `stored` of them when given) and on the
+    fresh one; catch an implementation that only knows the stored ones."""
     passed_stored = True
-    for run in ctx.cases(case_name):
+    runs = ctx.cases(case_name)
+    for run in runs[:stored] + [runs[-1]] if stored is not None else runs:
         try:
             judge(run)
         except Fail as exc:

@@ -22,6 +22,16 @@ import torch
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
 
 
+def masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """values·mask where the mask is non-zero and exactly 0 elsewhere, whatever `values` holds there.
+
+    A plain `values * mask` leaks: 0·nan and 0·inf are nan, and padding may hold either (a log-prob
+    of -inf, a ratio that overflowed). Selecting also keeps nan out of the gradient.
+    """
+    mask = mask.to(values.dtype)
+    return torch.where(mask != 0, values * mask, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
 def masked_mean(
     values: torch.Tensor, mask: torch.Tensor, dim: int | None = None, denominator: float | None = None
 ) -> torch.Tensor:
@@ -31,8 +41,9 @@ def masked_mean(
     """
     if values.shape != mask.shape:
         raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have the same shape")
+    kept = masked(values, mask)
     mask = mask.to(values.dtype)
-    total = (values * mask).sum() if dim is None else (values * mask).sum(dim=dim)
+    total = kept.sum() if dim is None else kept.sum(dim=dim)
     if denominator is not None:
         if not denominator > 0:
             raise ValueError(f"denominator must be positive, got {denominator!r}")
@@ -68,17 +79,17 @@ def aggregate_loss_across_microbatch(
     if normalization_constant is not None and not normalization_constant > 0:
         raise ValueError(f"normalization_constant must be positive, got {normalization_constant!r}")
 
+    kept = masked(loss, mask)  # (B, T) padding is 0, even where the loss is inf or nan
     mask = mask.to(loss.dtype)
-    masked = loss * mask  # (B, T)
     if loss_normalization == "sequence":
         lengths = mask.sum(dim=1).clamp_min(1)  # (B,) empty responses count as 0, not NaN
-        return (masked.sum(dim=1) / lengths).mean()
+        return (kept.sum(dim=1) / lengths).mean()
     if loss_normalization == "token":
         denominator = normalization_constant if normalization_constant is not None else mask.sum().clamp_min(1)
-        return masked.sum() / denominator
+        return kept.sum() / denominator
     if normalization_constant is None:
         raise ValueError("normalization_constant is required for loss_normalization='constant'")
-    return masked.sum() / normalization_constant
+    return kept.sum() / normalization_constant
 
 
 def calculate_loss_and_backward(

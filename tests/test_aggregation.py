@@ -39,6 +39,20 @@ def test_sequence_mode_counts_an_empty_response_as_zero():
 
 
 @pytest.mark.parametrize("mode", ["sequence", "token", "constant"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_masked_positions_never_leak_inf_or_nan(mode, bad):
+    # the hand-worked batch of test_token_normalization...: tokens 5 | 1 1 1, losses 8 in 4 tokens
+    loss = torch.tensor([[5.0, bad, bad], [1.0, 1.0, 1.0]], dtype=F64, requires_grad=True)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    value = aggregate_loss_across_microbatch(loss, mask, mode, None if mode == "sequence" else 16)
+    assert value.item() == {"sequence": 3.0, "token": 0.5, "constant": 0.5}[mode]  # (5+1)/2, 8/16
+    value.backward()
+    assert torch.isfinite(loss.grad).all() and (loss.grad[0, 1:] == 0).all()  # no nan in the gradient
+    assert masked_mean(loss.detach(), mask).item() == 2.0  # 8 / 4
+    assert masked_mean(loss.detach(), mask, 1).tolist() == [5.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", ["sequence", "token", "constant"])
 def test_matches_naive_values_and_gradients(mode):
     gen = torch.Generator().manual_seed(3)
     loss = torch.randn(6, 9, generator=gen, dtype=F64, requires_grad=True)

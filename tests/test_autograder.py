@@ -91,7 +91,14 @@ MUTANTS = {
                                     "counts only rows with non-zero advantage"),
     "token_count_with_prompt": ("grpo_train_step", "metadata: loss", "metadata['response_token_count'] is"),
     "non_finite_step_skipped": ("grpo_train_step", "non-finite loss raises", "gave no error"),
+    # padding that holds nan/inf must not reach the loss
+    "padding_leaks_nan": ("aggregate_loss_across_microbatch", "masked positions never leak", "leaks them"),
+    # constants that satisfy a property check are paid nothing without their value check
+    "tis_zeros": ("truncated_importance_weights", "carry no gradient", "paid only when"),
+    "train_step_no_update": ("grpo_train_step", "leaves no gradients behind", "paid only when"),
 }
+# submissions that implement nothing, whatever they raise or return: at most 5% of the points
+DO_NOTHING = ("raises_value_error", "returns_zeros", "not_implemented")
 ALTERNATIVES = {
     "alt_full.py": None,
     "alt_loops.py": ("tokenize_prompt_and_output", "compute_entropy", "compute_group_normalized_rewards",
@@ -142,6 +149,81 @@ def test_every_cpu_check_is_the_target_of_a_mutant():
     assert not uncovered, f"checks no mutant in MUTANTS is aimed at: {uncovered}"
     stray = [bug for bug, (f, w, _) in MUTANTS.items() if not any(aimed_at(c, f, w) for c in cpu_checks)]
     assert not stray, f"MUTANTS entries whose check words name no CPU check: {stray}"
+
+
+def test_every_gate_is_a_value_check_of_the_same_function():
+    import autograder.checks  # noqa: F401  (registers the checks)
+    from autograder.core import CHECK_NAMED, CHECKS
+
+    gated = [c for c in CHECKS if c.gate]
+    assert len(gated) >= 10
+    for c in gated:
+        gate = CHECK_NAMED[c.gate]
+        assert gate.function == c.function and not gate.gate, c.name
+
+
+@pytest.fixture(scope="module")
+def do_nothing_grades() -> dict:
+    return _grade_all({name: ((str(CASES / f"nothing_{name}.py"),), {"seed": 99}) for name in DO_NOTHING})
+
+
+@pytest.mark.parametrize("name", DO_NOTHING)
+def test_a_submission_that_implements_nothing_scores_at_most_5_percent(name, do_nothing_grades):
+    graded = do_nothing_grades[name]
+    paid = {n: r["output"] for n, r in graded["results"].items() if r["score"]}
+    assert graded["max_score"] > 50 and graded["score"] <= 0.05 * graded["max_score"], paid
+    gated = [r["output"] for r in graded["results"].values() if "paid only when" in r["output"]]
+    assert gated or name != "returns_zeros"  # the zeros pass property checks: the gate says why they pay 0
+
+
+def _memorizing_notebook(path: Path) -> None:
+    """A train step that knows the stored cases' answers and applies them without computing."""
+    import base64
+    import io
+
+    import torch
+
+    from autograder.grader import load_fixtures
+
+    table = {seed: {"responses": entry["inputs"]["rollout_responses"], **entry["expected"]}
+             for seed, entry in load_fixtures()["grpo_train_step/rollouts"]["seeds"].items()}
+    buffer = io.BytesIO()
+    torch.save(table, buffer)
+    source = f"""import base64, io, torch
+ANSWERS = {base64.b64encode(buffer.getvalue()).decode()!r}
+
+def grpo_train_step(model, rollout_responses, max_grad_norm=None, old_log_probs=None,
+                    importance_reweighting_method="none", loss_normalization="sequence", **kwargs):
+    table = torch.load(io.BytesIO(base64.b64decode(ANSWERS)), weights_only=True)
+    for stored in table.values():
+        if all(r in stored["responses"] for r in rollout_responses):  # a stored case or a shard of one
+            break
+    else:
+        return torch.zeros(()), {{}}
+    if importance_reweighting_method == "noclip":
+        raise RuntimeError("non-finite loss")
+    mode = "grpo" if importance_reweighting_method == "grpo" else loss_normalization
+    answer = stored["clipped"] if max_grad_norm is not None else stored[mode]
+    with torch.no_grad():
+        offset = 0
+        for p in model.parameters():
+            p += answer["delta"][offset:offset + p.numel()].view_as(p).to(p.dtype)
+            offset += p.numel()
+    return torch.tensor(answer["loss"]), dict(answer["metadata"])
+"""
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_a_memorized_train_step_answer_earns_nothing(tmp_path):
+    _memorizing_notebook(tmp_path / "06_memorized.ipynb")
+    graded = grade(str(tmp_path), ("grpo_train_step",), seed=7)
+    outputs = {n: r["output"] for n, r in graded["results"].items()}
+    assert graded["max_score"] >= 12 and graded["score"] == 0, outputs
+    value_checks = [n for n in outputs if "paid only when" not in outputs[n]]
+    assert len(value_checks) >= 5  # full batch, micro-batching, data-parallel, metadata, clipping
+    for name in value_checks:  # each knew the stored case and failed only the fresh one
+        assert "stored cases passed but fresh inputs do not" in outputs[name], (name, outputs[name])
 
 
 @pytest.mark.parametrize("bug", sorted(MUTANTS))

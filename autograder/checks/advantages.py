@@ -50,7 +50,8 @@ def reward_values(ctx) -> None:
     judge_cases(ctx, f"{REWARDS}/responses", judge)
 
 
-@check(REWARDS, "responses and ground truths of different lengths raise ValueError", points=1)
+@check(REWARDS, "responses and ground truths of different lengths raise ValueError", points=1,
+       paid_with="rewards (float32) and the three metadata means match")
 def reward_bad_input(ctx) -> None:
     response = ctx.outcome(REWARDS, {"reward_fn": REWARD_FN, "rollout_responses": ["a", "b"],
                                      "repeated_ground_truths": ["1"]})
@@ -151,7 +152,8 @@ def advantage_metadata(ctx) -> None:
     judge_cases(ctx, f"{ADVANTAGES}/std", judge)
 
 
-@check(ADVANTAGES, "a group of equal rewards gets finite zero advantages", points=1)
+@check(ADVANTAGES, "a group of equal rewards gets finite zero advantages", points=1,
+       paid_with="std-normalized advantages match the reference")
 def equal_group(ctx) -> None:
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 2.0], dtype=torch.float64)
     got = tensor(item(ctx.call(ADVANTAGES, {"raw_rewards": rewards, "group_size": 3})["output"], 0, 2,

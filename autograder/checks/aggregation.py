@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from autograder.checks.common import generator, ragged_mask, run_reference
-from autograder.core import Fail, Mistake, case, check, compare_scalar
+from autograder.core import Fail, Mistake, case, check, compare_scalar, scalar
 from autograder.grader import judge_cases
 
 FN = "aggregate_loss_across_microbatch"
@@ -50,7 +52,7 @@ def sequence_mode(ctx) -> None:
                     "divide each sequence's masked sum by its own number of response tokens",
                     lambda: (sums / loss.shape[1]).mean()),
             Mistake("the per-sequence means summed instead of averaged", "divide by B",
-                    lambda: (sums / lengths.clamp_min(1)).sum())], rtol=1e-9, atol=1e-12)
+                    lambda: (sums / lengths.clamp_min(1)).sum())])
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -63,7 +65,7 @@ def token_mode(ctx) -> None:
                     "divide by normalization_constant, the token count of the whole optimizer step",
                     lambda: sums.sum() / mask.sum()),
             Mistake("an unmasked sum", "multiply by the mask before summing",
-                    lambda: loss.sum() / STEP_TOKENS)], rtol=1e-9, atol=1e-12)
+                    lambda: loss.sum() / STEP_TOKENS)])
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -74,12 +76,32 @@ def constant_mode(ctx) -> None:
         compare_scalar(_call(ctx, run.inputs, "constant", 24.0), float(run.expected[2]), "constant-normalized loss", [
             Mistake("a masked mean instead of the masked sum over the constant", "divide the masked sum by the constant",
                     lambda: sums.sum() / mask.sum()),
-            Mistake("an unmasked sum", "multiply by the mask before summing", lambda: loss.sum() / 24.0)],
-            rtol=1e-9, atol=1e-12)
+            Mistake("an unmasked sum", "multiply by the mask before summing", lambda: loss.sum() / 24.0)])
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
-@check(FN, "non-positive or missing constants raise ValueError", points=1)
+@check(FN, "masked positions never leak, even when they hold inf or nan", points=1)
+def padding_does_not_leak(ctx) -> None:
+    """`loss * mask` leaks: 0 · nan = nan and 0 · inf = nan. Select with the mask instead."""
+    def judge(run):
+        loss, mask = run.inputs["per_token_policy_gradient_loss"].clone(), run.inputs["mask"]
+        off = (mask == 0).nonzero()
+        for number, (row, column) in enumerate(off.tolist()):
+            loss[row, column] = (float("nan"), float("inf"), -float("inf"))[number % 3]
+        inputs = {**run.inputs, "per_token_policy_gradient_loss": loss}
+        for mode, constant, index in (("sequence", None, 0), ("token", STEP_TOKENS, 1), ("constant", 24.0, 2)):
+            got = scalar(_call(ctx, inputs, mode, constant), f"the {mode}-normalized loss")
+            if not math.isfinite(got):
+                raise Fail(f"with nan/inf at masked-out positions the {mode}-normalized loss is {got}: "
+                           "0·nan and 0·inf are nan, so multiplying by the mask leaks them; fix: select "
+                           "with torch.where(mask.bool(), loss, 0) before summing")
+            compare_scalar(got, float(run.expected[index]), f"the {mode}-normalized loss with nan/inf "
+                           "at masked-out positions")
+    judge_cases(ctx, f"{FN}/batch", judge)
+
+
+@check(FN, "non-positive or missing constants raise ValueError", points=1,
+       paid_with="constant: masked sum / normalization_constant (Dr. GRPO)")
 def bad_constant(ctx) -> None:
     inputs = make_batch(0)
     for mode, constant in (("constant", 0), ("constant", -3.0), ("constant", None), ("token", 0)):

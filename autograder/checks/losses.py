@@ -187,7 +187,8 @@ def pg_cispo(ctx) -> None:
     judge_cases(ctx, f"{PG}/batch", judge)
 
 
-@check(PG, "missing old_log_probs or cliprange raise ValueError", points=1)
+@check(PG, "missing old_log_probs or cliprange raise ValueError", points=1,
+       paid_with="grpo: −min(r·A, clip(r, 1−ε, 1+ε)·A)")
 def pg_bad_input(ctx) -> None:
     inputs = _policy(3)
     for method, drop in (("grpo", "old_log_probs"), ("grpo", "cliprange"), ("noclip", "old_log_probs")):
@@ -279,7 +280,8 @@ def grpo_cispo(ctx) -> None:
     judge_cases(ctx, f"{GRPO}/batch", judge)
 
 
-@check(GRPO, "kl is zeros when ref_logprobs is None", points=1)
+@check(GRPO, "kl is zeros when ref_logprobs is None", points=1,
+       paid_with="dapo: −A·r, −A·clip(r, 1−clip_lower, 1+clip_higher), their max, TIS on the max only")
 def grpo_no_ref(ctx) -> None:
     inputs = {**_grpo_inputs(5), "ref_logprobs": None}
     _, got = _grpo_call(ctx, inputs, "dapo")
@@ -353,7 +355,8 @@ def tis_values(ctx) -> None:
     judge_cases(ctx, f"{TIS}/batch", judge)
 
 
-@check(TIS, "the weights carry no gradient", points=1)
+@check(TIS, "the weights carry no gradient", points=1,
+       paid_with="exp(old − sampler) capped above at `cap`, 0 off the mask")
 def tis_no_grad(ctx) -> None:
     inputs = make_tis(ctx.grader.seed)
     response = ctx.call(TIS, inputs, grad_wrt=["old_log_probs"])

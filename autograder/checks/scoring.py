@@ -7,7 +7,19 @@ import math
 import torch
 
 from autograder.checks.common import generator, rng, run_reference
-from autograder.core import Fail, Mistake, case, check, compare, field, tensor
+from autograder.core import (
+    BFLOAT16,
+    LARGE_LOGITS,
+    MODEL,
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare,
+    field,
+    one_thread,
+    tensor,
+)
 from autograder.grader import judge_cases
 from autograder.objects import build_model, build_tokenizer, model_marker
 
@@ -55,10 +67,11 @@ def entropy_stable(ctx) -> None:
     if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
         raise Fail("entropy is NaN/inf for logits of size ~1e3: softmax underflows to 0 and "
                    "0·log 0 = NaN; fix: H = logsumexp(z) − Σ softmax(z)·z")
-    compare(got, expected.to(got.dtype), "entropy of large logits", rtol=1e-4, atol=1e-3)
+    compare(got, expected.to(got.dtype), "entropy of large logits", tolerance=LARGE_LOGITS)
 
 
-@check(ENTROPY, "keeps the leading shape; float32/float64 keep their dtype, half becomes float32", points=1)
+@check(ENTROPY, "keeps the leading shape; float32/float64 keep their dtype, half becomes float32", points=1,
+       paid_with="values match the reference")
 def entropy_shape(ctx) -> None:
     g = generator(7)
     for shape, dtype, want in (((5, 9), torch.float32, torch.float32), ((2, 3, 4, 9), torch.float64, torch.float64),
@@ -114,7 +127,7 @@ def log_prob_values(ctx) -> None:
         response = ctx.call(LOG_PROBS, run.inputs)
         log_probs = field(response["output"], "log_probs", f"the result of {LOG_PROBS}")
         compare(log_probs, run.expected["log_probs"], "log_probs",
-                _log_prob_mistakes(run.inputs, run.expected["log_probs"]))
+                _log_prob_mistakes(run.inputs, run.expected["log_probs"]), MODEL)
         if not response["requires_grad"].get("log_probs", False):
             raise Fail("log_probs has no gradient: the train step backpropagates through it; "
                        "do not score under torch.no_grad() or .detach() it")
@@ -128,7 +141,7 @@ def token_entropy(ctx) -> None:
         entropy = field(response["output"], "token_entropy", "the result with return_token_entropy=True")
         compare(entropy, run.expected["token_entropy"], "token_entropy", [
             Mistake("entropy of the label distribution's log-prob (−log π)", "use compute_entropy on the logits",
-                    lambda: -run.expected["log_probs"])])
+                    lambda: -run.expected["log_probs"])], MODEL)
         if response["requires_grad"].get("token_entropy", False):
             raise Fail("token_entropy requires grad: it is a logged metric; compute it under "
                        "torch.no_grad() (or from detached logits) so it keeps no autograd graph")
@@ -142,12 +155,13 @@ def chunked(ctx) -> None:
     for size in (1, 4, 1000):
         got = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size})["output"]
         compare(field(got, "log_probs", "the result"), expected["log_probs"],
-                f"log_probs with logits_chunk_size={size}")
+                f"log_probs with logits_chunk_size={size}", tolerance=MODEL)
         compare(field(got, "token_entropy", "the result"), expected["token_entropy"],
-                f"token_entropy with logits_chunk_size={size}")
+                f"token_entropy with logits_chunk_size={size}", tolerance=MODEL)
 
 
-@check(LOG_PROBS, "invalid logits_chunk_size raises ValueError", points=1)
+@check(LOG_PROBS, "invalid logits_chunk_size raises ValueError", points=1,
+       paid_with="log_probs match the reference and carry gradient")
 def bad_chunk(ctx) -> None:
     inputs = make_scoring(0)
     for size in (-1, 2.5):
@@ -161,13 +175,8 @@ def bad_chunk(ctx) -> None:
 def half_precision(ctx) -> None:
     inputs = {"model": model_marker(ctx.grader.seed % 7, "bfloat16"), **_scoring_batch(ctx.grader.seed, 30)}
     model = build_model(inputs["model"]["seed"], "bfloat16", ctx.device)  # same device: same rounding
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the worker's thread count, so the bf16 logits round the same way
-    try:
-        with torch.no_grad():
-            logits = model(inputs["input_ids"].to(ctx.device)).logits.cpu()  # (B, T, V) bf16
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), torch.no_grad():  # the worker's thread count, so the bf16 logits round the same way
+        logits = model(inputs["input_ids"].to(ctx.device)).logits.cpu()  # (B, T, V) bf16
     labels = inputs["labels"].unsqueeze(-1)
     expected = (logits.float().gather(-1, labels) - torch.logsumexp(logits.float(), -1, keepdim=True)).squeeze(-1)
     half = torch.log_softmax(logits, -1).gather(-1, labels).squeeze(-1)
@@ -178,7 +187,7 @@ def half_precision(ctx) -> None:
     compare(got, expected, "log_probs of a bfloat16 model", [
         Mistake("log-softmax materialized in half precision",
                 "upcast the logits with .float() before logsumexp/log_softmax", lambda: half.float())],
-        rtol=0, atol=2e-3)
+        BFLOAT16)
 
 
 @check(LOG_PROBS, "chunked scoring bounds peak GPU memory (cuda)", points=1, needs_cuda=True)
@@ -195,7 +204,7 @@ def chunked_memory(ctx) -> None:
                             backward={"path": "log_probs", "cotangent": torch.ones(4, 512)})
         peaks[size] = int(response.get("peak_bytes", 0))
         outputs[size] = field(response["output"], "log_probs", "the result")
-    compare(outputs[32], tensor(outputs[0], "log_probs"), "chunked log_probs", rtol=1e-5, atol=1e-5)
+    compare(outputs[32], tensor(outputs[0], "log_probs"), "chunked log_probs", tolerance=MODEL)
     logits_bytes = 4 * 512 * vocab * 4
     if peaks[32] > 0.25 * max(peaks[0], logits_bytes):
         raise Fail(f"with logits_chunk_size=32 the peak extra memory is {peaks[32] / 2**20:.0f} MiB, "

@@ -80,7 +80,8 @@ def _judge_batch(output, inputs: dict, expected: dict) -> None:
     compare(output["response_mask"], expected["response_mask"], "response_mask", _mask_mistakes(inputs))
 
 
-@check(FN, "returns input_ids, labels and response_mask, each (B, L-1) and integer", points=1)
+@check(FN, "returns input_ids, labels and response_mask, each (B, L-1) and integer", points=1,
+       paid_with="values match the reference")
 def shapes(ctx) -> None:
     inputs = make_batch(0)
     output = ctx.call(FN, inputs)["output"]
@@ -116,7 +117,8 @@ def mask_property(ctx) -> None:
             raise Fail(f"row {row}: the labels under response_mask are not the output's tokens")
 
 
-@check(FN, "prompts and outputs of different lengths raise ValueError", points=1)
+@check(FN, "prompts and outputs of different lengths raise ValueError", points=1,
+       paid_with="values match the reference")
 def bad_input(ctx) -> None:
     response = ctx.outcome(FN, {"prompt_strs": ["a", "b"], "output_strs": ["c"], "tokenizer": TOKENIZER})
     if response.get("status") == "ok" or not response.get("is_value_error"):

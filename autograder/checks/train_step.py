@@ -14,6 +14,8 @@ import torch
 
 from autograder.checks.common import rng
 from autograder.core import (
+    METADATA,
+    UPDATE,
     Fail,
     Mistake,
     case,
@@ -34,6 +36,8 @@ GROUP = 2
 MODES = ("sequence", "token", "constant", "grpo")
 CONSTANT = 40.0
 EPS = 0.2
+FULL_BATCH = "full-batch update matches the reference (sequence, token, constant, grpo-clip)"
+CLIP = 4  # the clipping check sets max_grad_norm to 1/CLIP of the sequence-mode gradient norm
 
 
 def _rollouts(seed: int) -> dict:
@@ -51,8 +55,13 @@ def _rollouts(seed: int) -> dict:
                              else filler + answer)
             prompts.append(f"{a}+{b}=")
             truths.append(truth)
-    return {"repeated_prompts": prompts, "rollout_responses": responses,
-            "repeated_ground_truths": truths, "group_size": GROUP}
+    rollouts = {"repeated_prompts": prompts, "rollout_responses": responses,
+                "repeated_ground_truths": truths, "group_size": GROUP}
+    # the grpo-clip mode's old log-probs: near the uniform policy, so some ratios leave [1−ε, 1+ε]
+    labels = _tokenized(rollouts)["labels"]
+    g = torch.Generator().manual_seed(seed + 7919)
+    old = -math.log(len(build_tokenizer())) + 0.15 * torch.randn(labels.shape, generator=g, dtype=torch.float64)
+    return {**rollouts, "old_log_probs": old}
 
 
 def _tokenized(inputs: dict) -> dict:
@@ -62,11 +71,8 @@ def _tokenized(inputs: dict) -> dict:
 
 def mode_kwargs(inputs: dict, mode: str, steps: int = 1, max_grad_norm=None) -> dict:
     kwargs = {**inputs, "gradient_accumulation_steps": steps, "max_grad_norm": max_grad_norm}
+    old = kwargs.pop("old_log_probs")
     if mode == "grpo":
-        batch = _tokenized(inputs)
-        g = torch.Generator().manual_seed(len(inputs["rollout_responses"][0]) * 7919 + 1)
-        vocab = len(build_tokenizer())
-        old = -math.log(vocab) + 0.15 * torch.randn(batch["labels"].shape, generator=g, dtype=torch.float64)
         kwargs.update(loss_normalization="token", importance_reweighting_method="grpo",
                       old_log_probs=old, cliprange=EPS)
     else:
@@ -88,8 +94,16 @@ def reference_step(kwargs: dict) -> dict:
     return {"delta": after - before, "loss": float(loss), "metadata": plain}
 
 
-@case(f"{FN}/rollouts", expected=lambda inputs: {
-    mode: reference_step(mode_kwargs(inputs, mode)) for mode in MODES})
+def _expected_steps(inputs: dict) -> dict:
+    """The reference's update in every mode, and the sequence-mode update clipped to 1/CLIP."""
+    expected = {mode: reference_step(mode_kwargs(inputs, mode)) for mode in MODES}
+    max_grad_norm = float(expected["sequence"]["delta"].norm()) / CLIP  # lr = 1: |Δ| = |gradient|
+    expected["clipped"] = {**reference_step(mode_kwargs(inputs, "sequence", 2, max_grad_norm)),
+                           "max_grad_norm": max_grad_norm}
+    return expected
+
+
+@case(f"{FN}/rollouts", expected=_expected_steps)
 def make_rollouts(seed: int) -> dict:
     return _rollouts(seed)
 
@@ -177,15 +191,15 @@ def _delta(run: dict, what: str) -> torch.Tensor:
     return tensor(run.get("delta"), "the parameter update")
 
 
-def _compare_update(got: torch.Tensor, expected: torch.Tensor, what: str, mistakes, rtol: float = 1e-5) -> None:
+def _compare_update(got: torch.Tensor, expected: torch.Tensor, what: str, mistakes) -> None:
     scale = float(expected.abs().max())
     if float(got.abs().max()) == 0 and scale > 0:
         raise Fail(f"{what}: the parameters did not change (was optimizer.step() called, after backward?)")
     # Olmo2's RMSNorm computes in float32 even in a float64 model: updates agree to ~1e-7, not 1e-15
-    compare(got, expected, what, mistakes, rtol=rtol, atol=1e-6 * scale)
+    compare(got, expected, what, mistakes, UPDATE, scale=scale)
 
 
-@check(FN, "full-batch update matches the reference (sequence, token, constant, grpo-clip)", points=3)
+@check(FN, FULL_BATCH, points=3)
 def full_batch(ctx) -> None:
     def judge(run):
         runs = ctx.train_steps([mode_kwargs(run.inputs, mode) for mode in MODES], MODEL)
@@ -199,23 +213,28 @@ def full_batch(ctx) -> None:
 @check(FN, "update independent of micro-batching", points=3)
 def micro_batching(ctx) -> None:
     """The regression for the gradient-accumulation normalization bug (SPEC §4)."""
-    stored = ctx.cases(f"{FN}/rollouts")[0]
     plan = [(mode, steps) for mode in ("sequence", "token", "constant") for steps in (1, 2, 4, 8)]
-    runs = ctx.train_steps([mode_kwargs(stored.inputs, mode, steps) for mode, steps in plan], MODEL)
-    for (mode, steps), result in zip(plan, runs):
-        what = f"{mode} mode, gradient_accumulation_steps={steps}"
-        _compare_update(_delta(result, what), stored.expected[mode]["delta"],
-                        f"the update with {what} (ragged response lengths)",
-                        normalization_mistakes(mode_kwargs(stored.inputs, mode), steps, mode))
+
+    def judge(run):
+        runs = ctx.train_steps([mode_kwargs(run.inputs, mode, steps) for mode, steps in plan], MODEL)
+        for (mode, steps), result in zip(plan, runs):
+            what = f"{mode} mode, gradient_accumulation_steps={steps}"
+            _compare_update(_delta(result, what), run.expected[mode]["delta"],
+                            f"the update with {what} (ragged response lengths)",
+                            normalization_mistakes(mode_kwargs(run.inputs, mode), steps, mode))
+    judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
 @check(FN, "data-parallel update (2 gloo ranks, DDP) equals the single-process update", points=2)
 def data_parallel(ctx) -> None:
     if ctx.in_process:
         raise Fail("runs only under `pytest autograder` (it starts data-parallel processes)")
-    stored = ctx.cases(f"{FN}/rollouts")[0]
+    judge_cases(ctx, f"{FN}/rollouts", lambda run: _judge_data_parallel(ctx, run), stored=1)
+
+
+def _judge_data_parallel(ctx, run) -> None:
     for mode in ("token", "sequence"):
-        full = mode_kwargs(stored.inputs, mode, 1)
+        full = mode_kwargs(run.inputs, mode, 1)
         half = len(full["rollout_responses"]) // 2
         shards = []
         for rank in range(2):
@@ -224,7 +243,7 @@ def data_parallel(ctx) -> None:
                 shard[key] = full[key][rank * half:(rank + 1) * half]
             shards.append(shard)
         results = ctx.train_steps(shards, MODEL, ddp=True, timeout=ctx.grader.probe_timeout)
-        expected = stored.expected[mode]["delta"]
+        expected = run.expected[mode]["delta"]
         for rank, result in enumerate(results):
             got = _delta(result, f"{mode} mode on rank {rank}")
             mistakes = [Mistake("per-rank normalization (token or sequence counts not summed over ranks, "
@@ -246,38 +265,42 @@ def _per_rank_token_update(full: dict, half: int) -> torch.Tensor:
 
 @check(FN, "metadata: loss, gradient_norm, reward means, response_token_count", points=1)
 def metadata(ctx) -> None:
-    stored = ctx.cases(f"{FN}/rollouts")[0]
-    result = ctx.train_steps([mode_kwargs(stored.inputs, "token")], MODEL)[0]
-    _delta(result, "token mode")
-    expected = stored.expected["token"]
-    output = result.get("output")
-    meta = item(output, 1, 2, f"the result of {FN}")
-    compare_scalar(item(output, 0, 2, "the result"), expected["loss"], "the returned loss", rtol=1e-6)
-    for key in ("loss", "gradient_norm", "reward_mean", "format_reward_mean", "answer_reward_mean",
-                "advantage_mean", "response_token_count"):
-        compare_scalar(field(meta, key, "the metadata"), expected["metadata"][key], f"metadata[{key!r}]",
-                       rtol=1e-6)
+    def judge(run):
+        result = ctx.train_steps([mode_kwargs(run.inputs, "token")], MODEL)[0]
+        _delta(result, "token mode")
+        expected = run.expected["token"]
+        output = result.get("output")
+        meta = item(output, 1, 2, f"the result of {FN}")
+        compare_scalar(item(output, 0, 2, "the result"), expected["loss"], "the returned loss",
+                       tolerance=METADATA)
+        for key in ("loss", "gradient_norm", "reward_mean", "format_reward_mean", "answer_reward_mean",
+                    "advantage_mean", "response_token_count"):
+            compare_scalar(field(meta, key, "the metadata"), expected["metadata"][key], f"metadata[{key!r}]",
+                           tolerance=METADATA)
+    judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
 @check(FN, "clips the global gradient norm to max_grad_norm", points=1)
 def clipping(ctx) -> None:
-    stored = ctx.cases(f"{FN}/rollouts")[0]
-    expected = stored.expected["sequence"]["delta"]
-    norm = float(expected.norm())
-    result = ctx.train_steps([mode_kwargs(stored.inputs, "sequence", 2, max_grad_norm=norm / 4)], MODEL)[0]
-    got = _delta(result, "with max_grad_norm")
-    clipped = expected / 4
-    _compare_update(got, clipped, "the clipped update", [
-        Mistake("clipping not applied", "call torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm) "
-                "after the last backward and before optimizer.step()", lambda: expected)],
-        rtol=1e-4)  # clip_grad_norm_ scales by max_norm / (norm + 1e-6)
-    meta = item(result.get("output"), 1, 2, "the result")
-    compare_scalar(field(meta, "gradient_norm", "the metadata"), norm, "metadata['gradient_norm'] (before clipping)",
-                   [Mistake("the norm after clipping", "report the norm clip_grad_norm_ returns (before clipping)",
-                            lambda: torch.tensor(norm / 4, dtype=torch.float64))], rtol=1e-6)
+    def judge(run):
+        expected = run.expected["clipped"]
+        norm = float(run.expected["sequence"]["delta"].norm())  # lr = 1: the gradient norm
+        kwargs = mode_kwargs(run.inputs, "sequence", 2, max_grad_norm=expected["max_grad_norm"])
+        result = ctx.train_steps([kwargs], MODEL)[0]
+        _compare_update(_delta(result, "with max_grad_norm"), expected["delta"], "the clipped update", [
+            Mistake("clipping not applied", "call torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                    "max_grad_norm) after the last backward and before optimizer.step()",
+                    lambda: run.expected["sequence"]["delta"])])
+        meta = item(result.get("output"), 1, 2, "the result")
+        compare_scalar(field(meta, "gradient_norm", "the metadata"), expected["metadata"]["gradient_norm"],
+                       "metadata['gradient_norm'] (before clipping)",
+                       [Mistake("the norm after clipping", "report the norm clip_grad_norm_ returns (before "
+                                "clipping)", lambda: torch.tensor(norm / CLIP, dtype=torch.float64))],
+                       tolerance=METADATA)
+    judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
-@check(FN, "a non-finite loss raises RuntimeError before the optimizer step", points=1)
+@check(FN, "a non-finite loss raises RuntimeError before the optimizer step", points=1, paid_with=FULL_BATCH)
 def non_finite(ctx) -> None:
     stored = ctx.cases(f"{FN}/rollouts")[0]
     kwargs = mode_kwargs(stored.inputs, "grpo")
@@ -297,7 +320,7 @@ def non_finite(ctx) -> None:
         raise Fail("RuntimeError was raised, but only after the parameters changed: check before optimizer.step()")
 
 
-@check(FN, "leaves no gradients behind after the step", points=1)
+@check(FN, "leaves no gradients behind after the step", points=1, paid_with=FULL_BATCH)
 def zeroed(ctx) -> None:
     stored = ctx.cases(f"{FN}/rollouts")[0]
     result = ctx.train_steps([mode_kwargs(stored.inputs, "sequence", 2)], MODEL)[0]

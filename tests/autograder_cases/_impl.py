@@ -166,6 +166,8 @@ def build(bug: str = "") -> dict:
         return pg1, pg2, pg_max, kl
 
     def truncated_importance_weights(old_log_probs, sampler_log_probs, cap, response_mask=None):
+        if bug == "tis_zeros":  # a constant with the right shape and no gradient
+            return torch.zeros_like(old_log_probs)
         with torch.no_grad():
             d = (sampler_log_probs - old_log_probs) if bug == "tis_inverted" else (old_log_probs - sampler_log_probs)
             w = d.exp().clamp(max=cap)
@@ -176,7 +178,9 @@ def build(bug: str = "") -> dict:
         if normalization_constant is not None and normalization_constant <= 0:
             raise ValueError(f"normalization_constant must be positive, got {normalization_constant}")
         m = mask.to(per_token_policy_gradient_loss.dtype)
-        sums = (per_token_policy_gradient_loss * m).sum(1)
+        kept = per_token_policy_gradient_loss * m if bug == "padding_leaks_nan" else \
+            torch.where(m != 0, per_token_policy_gradient_loss, torch.zeros_like(per_token_policy_gradient_loss))
+        sums = kept.sum(1)
         if loss_normalization == "sequence":
             lengths = m.sum(1)
             if bug == "empty_row_dropped":
@@ -194,6 +198,8 @@ def build(bug: str = "") -> dict:
                         advantage_eps=1e-6, advantage_normalizer="std", importance_reweighting_method="none",
                         old_log_probs=None, cliprange=None, loss_normalization="sequence",
                         normalization_constant=None):
+        if bug == "train_step_no_update":  # leaves the model alone: no gradients are left either
+            return torch.tensor(0.0), {}
         import torch.distributed as dist
         distributed = dist.is_available() and dist.is_initialized()
         world = dist.get_world_size() if distributed and bug != "ddp_no_world_scale" else 1
