@@ -29,16 +29,17 @@ def submission_problem(spec: str) -> str | None:
 
 def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: int | None = None,
           memory_mb: int = 6144, device: str = "cpu", official: bool = False,
-          time_limit: float = DEFAULT_TIME_LIMIT) -> dict:
+          time_limit: float = DEFAULT_TIME_LIMIT, sandbox=None) -> dict:
     """Run the checks of `functions` (default: all) on `submission`; never raises for its
     behaviour. Raises FileNotFoundError for a submission that does not exist, and
-    IsolationUnavailable for an `official` grading where no sandbox can start."""
+    IsolationUnavailable for an `official` grading where no sandbox can start. `sandbox`: a
+    template started ahead for this grading alone (`autograder.batch`)."""
     problem = submission_problem(str(submission))
     if problem:
         raise FileNotFoundError(problem)
     loaded = load_submission(submission, ROOT)
     grader = Grader(loaded, device, probe_timeout, memory_mb, seed, official=official,
-                    time_limit=time_limit)
+                    time_limit=time_limit, sandbox=sandbox)
     target = Path(loaded.target)
     sentinel = Sentinel(ROOT, [target] if target.is_dir() else [target.parent]
                         if target.exists() else []) if grader.practice else None

@@ -135,7 +135,9 @@ class Grader:
     def __init__(self, submission: Submission | None, device: str = "cpu",
                  probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
                  namespace: dict | None = None, official: bool = False,
-                 time_limit: float = DEFAULT_TIME_LIMIT):
+                 time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None):
+        """`sandbox`: a template started ahead for this grading alone (batch grading starts the
+        next submission's while one is graded); it must not be used for another grading."""
         self.submission = submission
         self.device = device
         self.probe_timeout = probe_timeout
@@ -156,8 +158,14 @@ class Grader:
             if official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
                                            f"{self.practice}")
-            self.runner = Sandbox(ROOT, device, memory_mb, isolated=self.practice is None,
-                                  visible=_visible_paths(submission))
+            fits = sandbox is not None and sandbox.isolated == (self.practice is None) \
+                and sandbox.device == device \
+                and list(sandbox.visible) == _visible_paths(submission)
+            if sandbox is not None and not fits:
+                sandbox.close()
+            self.runner = sandbox if fits else Sandbox(
+                ROOT, device, memory_mb, isolated=self.practice is None,
+                visible=_visible_paths(submission))
             self.copied = copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
@@ -166,7 +174,7 @@ class Grader:
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
         self.load_errors: list[str] = list(submission.problems) if submission else []
-        self.started = False
+        self.started = not self.in_process and self.runner.process is not None
 
     @property
     def isolation_note(self) -> str:
