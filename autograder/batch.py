@@ -34,6 +34,7 @@ import multiprocessing.util
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -100,6 +101,10 @@ def _take_sandbox(memory_mb: int):
     return sandbox
 
 
+def _stop(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _warm(memory_mb: int) -> None:
     """A job process: one thread for torch, the whole trusted side imported once, and the first
     submission's sandbox started."""
@@ -108,6 +113,8 @@ def _warm(memory_mb: int) -> None:
 
     from autograder.grader import _import_trusted
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, _stop)  # the parent stops us: clean up the sandboxes first
     torch.set_num_threads(1)
     _starter = ThreadPoolExecutor(1)
     _spare = _starter.submit(_start_sandbox, memory_mb)
@@ -126,6 +133,8 @@ def grade_entry(student: str, entry: str, options: dict) -> dict:
         target, sandbox = entry, None
         if Path(entry).suffix == ".py":  # its sandbox shows its folder: start one for it
             target = shutil.copy(entry, Path(private) / Path(entry).name)
+            os.chmod(private, 0o755)  # the sandbox's children run under their own user ids
+            os.chmod(target, 0o644)
         else:
             sandbox = _take_sandbox(options["memory_mb"])
         graded = grade(target, seed=seed, official=True, sandbox=sandbox, **options)
@@ -229,8 +238,9 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
                     try:
                         done, _ = wait(running, return_when=FIRST_COMPLETED)
                     except KeyboardInterrupt:  # stop now: what is half-graded is graded next time
+                        processes = list((pool._processes or {}).values())
                         pool.shutdown(wait=False, cancel_futures=True)
-                        for process in list(pool._processes.values()):  # noqa: SLF001
+                        for process in processes:  # their sandboxes die with them
                             process.terminate()
                         raise
                     for future in done:
