@@ -88,8 +88,9 @@ def _start_sandbox(memory_mb: int):
     return sandbox
 
 
-def _take_sandbox(memory_mb: int):
-    """The sandbox started ahead (None if it could not start), and start the next one."""
+def _take_sandbox(memory_mb: int, more: bool):
+    """The sandbox started ahead (None if it could not start); start the next one if `more`
+    submissions may come to this job."""
     global _spare
     sandbox = None
     if _spare is not None:
@@ -97,7 +98,7 @@ def _take_sandbox(memory_mb: int):
             sandbox = _spare.result()
         except Exception:  # the grading starts its own, and says why if that fails too
             sandbox = None
-    _spare = _starter.submit(_start_sandbox, memory_mb)
+    _spare = _starter.submit(_start_sandbox, memory_mb) if more else None
     return sandbox
 
 
@@ -121,7 +122,7 @@ def _warm(memory_mb: int) -> None:
     _import_trusted()
 
 
-def grade_entry(student: str, entry: str, options: dict) -> dict:
+def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> dict:
     """Grade one entry officially; never raises (a grader failure is this student's row)."""
     from autograder.api import grade
 
@@ -136,7 +137,7 @@ def grade_entry(student: str, entry: str, options: dict) -> dict:
             os.chmod(private, 0o755)  # the sandbox's children run under their own user ids
             os.chmod(target, 0o644)
         else:
-            sandbox = _take_sandbox(options["memory_mb"])
+            sandbox = _take_sandbox(options["memory_mb"], more)
         graded = grade(target, seed=seed, official=True, sandbox=sandbox, **options)
         checks = list(graded["results"].values())
         record.update(score=graded["score"], max_score=graded["max_score"],
@@ -232,8 +233,9 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
         while pending:
             with ProcessPoolExecutor(jobs, mp_context=context, initializer=_warm,
                                      initargs=(options["memory_mb"],)) as pool:
-                running = {pool.submit(grade_entry, s, str(e), options): s
-                           for s, e in pending.items()}
+                last = len(pending) - jobs  # the last `jobs` entries: no sandbox after them
+                running = {pool.submit(grade_entry, s, str(e), options, i < last): s
+                           for i, (s, e) in enumerate(pending.items())}
                 while running:
                     try:
                         done, _ = wait(running, return_when=FIRST_COMPLETED)
