@@ -37,6 +37,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -226,6 +227,7 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
     if skipped:
         print(f"{skipped} of {len(students)} already graded (kept; --regrade grades them again)")
     bar = tqdm(total=len(todo), desc="grading", unit="student", file=sys.stderr)
+    started = time.monotonic()
     context = multiprocessing.get_context("spawn")  # never fork a process that holds torch
     pending = dict(todo)
     retried: set[str] = set()
@@ -265,6 +267,10 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
                         bar.update()
     finally:
         bar.close()
+    if todo:
+        seconds = time.monotonic() - started
+        print(f"graded {len(todo)} in {seconds:.0f} s ({seconds / len(todo):.1f} s per "
+              f"submission, --jobs {jobs})")
     records = [stored(store, s) for s in students]
     return [r for r in records if r is not None]
 
