@@ -67,7 +67,12 @@ addopts = -p no:cacheprovider
 def requirements() -> list[str]:
     """What grading needs: the package's own requirements, without the editor and release tools."""
     wanted = []
-    for requirement in importlib.metadata.requires("grpo-course") or []:
+    try:
+        required = importlib.metadata.requires("grpo-course") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit("the bundle lists the installed package's requirements: "
+                         "`pip install -e .` in the project first") from None
+    for requirement in required:
         name = re.split(r"[ <>=!~;\[]", requirement, maxsplit=1)[0].lower()
         if "extra ==" not in requirement and name not in NOT_FOR_GRADING:
             wanted.append(requirement.split(";")[0].strip())
