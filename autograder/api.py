@@ -28,15 +28,18 @@ def submission_problem(spec: str) -> str | None:
 
 def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: int | None = None,
           memory_mb: int = 6144, device: str = "cpu", official: bool = False,
-          time_limit: float = DEFAULT_TIME_LIMIT) -> dict:
+          time_limit: float = DEFAULT_TIME_LIMIT, sandbox=None,
+          allow_reference: bool = False) -> dict:
     """Run the checks of `functions` (default: all) on `submission`; never raises for its
     behaviour. Raises FileNotFoundError for a submission that does not exist, and
-    IsolationUnavailable for an `official` grading where no sandbox can start."""
+    IsolationUnavailable for an `official` grading where no sandbox can start. `sandbox`: a
+    template started ahead for this grading alone (`autograder.batch`). `allow_reference`: pasted
+    copies of the reference earn points (checking the solution notebooks)."""
     problem = submission_problem(str(submission))
     if problem:
         raise FileNotFoundError(problem)
     session = GradingSession(submission, device, probe_timeout, memory_mb, seed, official,
-                             time_limit)
+                             time_limit, sandbox, allow_reference)
     grader = session.grader
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]

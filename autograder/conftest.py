@@ -33,6 +33,9 @@ def pytest_addoption(parser) -> None:
                     help="an official grade: refuse to grade unless the sandbox isolates the submission")
     group.addoption("--time-limit", type=float, default=None,
                     help="seconds the whole grading may take (default: 1200)")
+    group.addoption("--allow-reference", action="store_true",
+                    help="let copies of the reference earn points: for an instructor checking the "
+                         "solution notebooks (which hold the reference), never for a student's grade")
 
 
 def pytest_configure(config) -> None:
@@ -63,7 +66,8 @@ class Session:
             config.getoption("--submission"), config.getoption("--device"),
             config.getoption("--probe-timeout"), config.getoption("--memory-mb"),
             config.getoption("--seed"), official=config.getoption("--official"),
-            time_limit=config.getoption("--time-limit"))
+            time_limit=config.getoption("--time-limit"),
+            allow_reference=config.getoption("--allow-reference"))
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written

@@ -105,7 +105,13 @@ class Grader:
     def __init__(self, submission: Submission | None, device: str = "cpu",
                  probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
                  namespace: dict | None = None, official: bool = False,
-                 time_limit: float = DEFAULT_TIME_LIMIT):
+                 time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None,
+                 allow_reference: bool = False):
+        """`sandbox`: a template started ahead for this grading alone (batch grading starts the
+        next submission's while one is graded); it must not be used for another grading.
+        `allow_reference`: a pasted copy of the reference earns its points (an instructor checking
+        the solution notebooks, which hold the reference); never for a student's grade."""
+        self.allow_reference = allow_reference
         self.submission = submission
         self.device = device
         self.probe_timeout = probe_timeout
@@ -128,9 +134,15 @@ class Grader:
             if official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
                                            f"{self.practice}")
-            self.runner = Sandbox(ROOT, device, memory_mb, isolated=self.practice is None,
-                                  visible=_visible_paths(submission))
-            self.copied = copied_references(_sources(submission))
+            fits = sandbox is not None and sandbox.isolated == (self.practice is None) \
+                and sandbox.device == device \
+                and list(sandbox.visible) == _visible_paths(submission)
+            if sandbox is not None and not fits:
+                sandbox.close()
+            self.runner = sandbox if fits else Sandbox(
+                ROOT, device, memory_mb, isolated=self.practice is None,
+                visible=_visible_paths(submission))
+            self.copied = set() if allow_reference else copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
@@ -138,10 +150,16 @@ class Grader:
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
         self.load_errors: list[str] = list(submission.problems) if submission else []
-        self.started = False
+        self.started = not self.in_process and self.runner.process is not None
 
     @property
     def isolation_note(self) -> str:
+        if self.allow_reference:
+            return self._isolation() + ("; --allow-reference: copies of the reference earn points "
+                                        "(an instructor's check of the solutions, not a student's grade)")
+        return self._isolation()
+
+    def _isolation(self) -> str:
         if self.in_process:
             return "PRACTICE grade: run in the notebook's own process, not isolated"
         if self.practice:

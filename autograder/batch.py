@@ -1,0 +1,356 @@
+"""Grade a whole class: `python -m autograder.batch DIR --jobs N --csv grades.csv`.
+
+    python -m autograder.batch submissions/ --jobs 2 --csv grades.csv [--feedback OUT] [--regrade]
+
+Every entry of DIR is one student, named by the entry: a folder of notebooks (`alice/`), one
+notebook (`bob.ipynb`) or one .py file (`carol.py`). Each is graded officially (in the bubblewrap
+sandbox, with fresh inputs: see `autograder.isolation`), `--jobs` at a time.
+
+Nothing is lost and nothing is graded twice: each student's grade is stored, as soon as it is
+known, in its own file under `<csv>.results/` (written whole or not at all: `autograder.results`),
+with a fingerprint of what was graded. A run that is interrupted is resumed by running the same
+command: a student whose stored grade matches the entry as it is now is skipped, unless
+`--regrade`. The CSV (`student,score,max_score`, then one column per stage) and the feedback files
+(one per student, every check with its diagnosis) are written from the stored grades.
+
+What is reused between submissions: each job is a process that imported the trusted side once
+(torch, the checks, the references, the model). What is not: every submission gets a sandbox of
+its own (a fresh template, started while the job's previous submission is being graded, so that
+its start costs no wall time), whose stage children run under their own user ids; a .py
+submission is copied alone into a private folder. So no student sees another's files, nor
+anything a previous submission left in a sandbox's /tmp or /dev/shm. A submission that crashes or hangs is stopped by the grader's time limits
+and costs only its own row; a grading that fails on the trusted side costs only its row too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import multiprocessing
+import multiprocessing.util
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from autograder.trusted.report import escape
+from autograder.trusted.results import write_results
+from course.registry import STAGES
+
+CSV_HEADER = ["student", "score", "max_score", *STAGES]
+SUFFIXES = (".py", ".ipynb")
+MAX_FINGERPRINT_BYTES = 256 * 2**20  # read at most this much of one entry to fingerprint it
+
+
+def entries(folder: Path) -> dict[str, Path]:
+    """{student: entry}: every notebooks folder, .ipynb or .py of `folder` (hidden ones skipped)."""
+    found = {}
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith((".", "_")) or path.is_symlink():
+            continue
+        if path.is_dir() or path.suffix in SUFFIXES:
+            name = path.stem if path.is_file() else path.name
+            found[path.name if name in found else name] = path  # alice/ and alice.py: both kept
+    return found
+
+
+def fingerprint(entry: Path) -> str:
+    """A hash of what would be graded (names and bytes of the entry's notebooks and .py files)."""
+    digest, budget = hashlib.sha256(), MAX_FINGERPRINT_BYTES
+    files = [entry] if entry.is_file() else sorted(
+        p for p in entry.iterdir() if p.suffix in SUFFIXES and p.is_file() and not p.is_symlink())
+    for path in files:
+        data = path.read_bytes()[:budget] if path.stat().st_size <= budget else b"(too large)"
+        budget -= len(data)
+        digest.update(path.name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+# ---- one submission (in a job process) ---------------------------------------------------------
+_starter = _spare = None  # in a job process: a thread, and the future of the next sandbox
+
+
+def _start_sandbox(memory_mb: int):
+    from autograder.trusted.grader import ROOT, START_TIMEOUT
+    from autograder.trusted.sandbox import Sandbox
+
+    sandbox = Sandbox(ROOT, "cpu", memory_mb, isolated=True)
+    multiprocessing.util.Finalize(sandbox, sandbox.close, exitpriority=10)  # never left behind
+    sandbox.start(START_TIMEOUT)
+    return sandbox
+
+
+def _take_sandbox(memory_mb: int, more: bool):
+    """The sandbox started ahead (None if it could not start); start the next one if `more`
+    submissions may come to this job."""
+    global _spare
+    sandbox = None
+    if _spare is not None:
+        try:
+            sandbox = _spare.result()
+        except Exception:  # the grading starts its own, and says why if that fails too
+            sandbox = None
+    _spare = _starter.submit(_start_sandbox, memory_mb) if more else None
+    return sandbox
+
+
+def _stop(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _warm(memory_mb: int) -> None:
+    """A job process: one thread for torch, the whole trusted side imported once, and the first
+    submission's sandbox started."""
+    global _starter, _spare
+    import torch
+
+    from autograder.trusted.grader import _import_trusted
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, _stop)  # the parent stops us: clean up the sandboxes first
+    torch.set_num_threads(1)
+    _starter = ThreadPoolExecutor(1)
+    _spare = _starter.submit(_start_sandbox, memory_mb)
+    _import_trusted()
+
+
+def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> dict:
+    """Grade one entry officially; never raises (a grader failure is this student's row)."""
+    from autograder.api import grade
+
+    seed = secrets.randbelow(2**24) + 1000
+    record = {"student": student, "entry": entry, "fingerprint": fingerprint(Path(entry)),
+              "seed": seed}
+    private = tempfile.mkdtemp(prefix="batch-")  # a .py is graded alone: no classmate in view
+    try:
+        target, sandbox = entry, None
+        if Path(entry).suffix == ".py":  # its sandbox shows its folder: start one for it
+            target = shutil.copy(entry, Path(private) / Path(entry).name)
+            os.chmod(private, 0o755)  # the sandbox's children run under their own user ids
+            os.chmod(target, 0o644)
+        else:
+            sandbox = _take_sandbox(options["memory_mb"], more)
+        graded = grade(target, seed=seed, official=True, sandbox=sandbox, **options)
+        checks = list(graded["results"].values())
+        record.update(score=graded["score"], max_score=graded["max_score"],
+                      isolation=graded["isolation"], problems=[p for p in [graded["load_failure"]]
+                                                               + graded["load_errors"] if p],
+                      checks=[{k: c[k] for k in ("name", "stage", "score", "max_score", "status",
+                                                 "output")} for c in checks])
+    except Exception as exc:  # the grader itself failed on this entry: its row says so
+        record.update(score=0.0, max_score=0.0, isolation="", checks=[],
+                      problems=[f"the grader failed on this submission ({type(exc).__name__}: "
+                                f"{exc}); rerun with --regrade after fixing the cause"])
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return record
+
+
+# ---- the class ---------------------------------------------------------------------------------
+def stage_scores(record: dict) -> dict[str, float]:
+    scores = dict.fromkeys(STAGES, 0.0)
+    for check in record["checks"]:
+        if check["status"] != "skipped":
+            scores[check["stage"]] = scores.get(check["stage"], 0.0) + check["score"]
+    return scores
+
+
+def feedback(record: dict) -> str:
+    """What a student reads: the total, each stage, and every check with its diagnosis."""
+    out = io.StringIO()
+    out.write(f"{record['student']}: {record['score']:g} / {record['max_score']:g} points\n")
+    if record["isolation"]:
+        out.write(f"{record['isolation']}; fresh inputs drawn with seed {record['seed']}\n")
+    for problem in record["problems"]:
+        out.write(f"note: {escape(problem)}\n")
+    for check in record["checks"]:
+        mark = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[check["status"]]
+        out.write(f"\n{mark} {check['score']:g}/{check['max_score']:g}  {check['name']}\n")
+        for line in escape(check["output"]).splitlines():
+            out.write(f"    {line}\n")
+    return out.getvalue()
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A cell a spreadsheet shows as text, never runs as a formula."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace `path` whole (a temporary file in the same folder, then a rename)."""
+    handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-",
+                                         delete=False, encoding="utf-8", newline="")
+    with handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def write_csv(path: Path, records: list[dict]) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_HEADER)
+    for record in records:
+        stages = stage_scores(record)
+        writer.writerow([spreadsheet_safe(record["student"]), f"{record['score']:g}",
+                         f"{record['max_score']:g}", *(f"{stages[s]:g}" for s in STAGES)])
+    write_text(path, out.getvalue())
+
+
+def stored(store: Path, student: str) -> dict | None:
+    try:
+        return json.loads((store / f"{student}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, regrade: bool,
+                options: dict) -> list[dict]:
+    """Grade every entry not yet graded (all with `regrade`); returns every student's record."""
+    from tqdm.auto import tqdm
+
+    store = csv_path.with_name(csv_path.name + ".results")
+    store.mkdir(exist_ok=True)
+    feedback_dir.mkdir(parents=True, exist_ok=True)
+    students = entries(folder)
+    todo = {s: e for s, e in students.items() if regrade or
+            (stored(store, s) or {}).get("fingerprint") != fingerprint(e)}
+    skipped = len(students) - len(todo)
+    if skipped:
+        print(f"{skipped} of {len(students)} already graded (kept; --regrade grades them again)")
+    bar = tqdm(total=len(todo), desc="grading", unit="student", file=sys.stderr)
+    started = time.monotonic()
+    context = multiprocessing.get_context("spawn")  # never fork a process that holds torch
+    pending = dict(todo)
+    retried: set[str] = set()
+    try:
+        while pending:
+            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_warm,
+                                     initargs=(options["memory_mb"],)) as pool:
+                last = len(pending) - jobs  # the last `jobs` entries: no sandbox after them
+                running = {pool.submit(grade_entry, s, str(e), options, i < last): s
+                           for i, (s, e) in enumerate(pending.items())}
+                while running:
+                    try:
+                        done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    except KeyboardInterrupt:  # stop now: what is half-graded is graded next time
+                        processes = list((pool._processes or {}).values())
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        for process in processes:  # their sandboxes die with them
+                            process.terminate()
+                        raise
+                    for future in done:
+                        student = running.pop(future)
+                        try:
+                            record = future.result()
+                        except BrokenProcessPool:  # a job process died: retry its work once
+                            if student in retried:
+                                record = {"student": student, "entry": str(pending[student]),
+                                          "fingerprint": "", "seed": 0, "score": 0.0,
+                                          "max_score": 0.0, "isolation": "", "checks": [],
+                                          "problems": ["the grader's job process died twice "
+                                                       "while grading this submission"]}
+                            else:
+                                retried.add(student)
+                                continue
+                        write_results(record, store / f"{student}.json")
+                        write_text(feedback_dir / f"{student}.txt", feedback(record))
+                        pending.pop(student)
+                        bar.update()
+    finally:
+        bar.close()
+    if todo:
+        seconds = time.monotonic() - started
+        print(f"graded {len(todo)} in {seconds:.0f} s ({seconds / len(todo):.1f} s per "
+              f"submission, --jobs {jobs})")
+    records = [stored(store, s) for s in students]
+    return [r for r in records if r is not None]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.batch",
+                                     description="Grade every submission in DIR, officially.")
+    parser.add_argument("dir", type=Path, metavar="DIR",
+                        help="one entry per student: a notebooks folder, a .ipynb or a .py")
+    parser.add_argument("--jobs", type=_positive_int, default=1,
+                        help="submissions graded at once (at most one per CPU core)")
+    parser.add_argument("--csv", type=Path, required=True,
+                        help="the grades: student,score,max_score, then one column per stage")
+    parser.add_argument("--feedback", type=Path, default=None,
+                        help="folder of one feedback file per student (default: <csv>.feedback/)")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade again the students whose grades are already stored")
+    parser.add_argument("--probe-timeout", type=_positive_float, default=30.0,
+                        help="seconds one call into a submission may take")
+    parser.add_argument("--time-limit", type=_positive_float, default=600.0,
+                        help="seconds one submission's whole grading may take")
+    parser.add_argument("--memory-mb", type=_positive_int, default=4096,
+                        help="address-space limit of a submission's worker")
+    args = parser.parse_args(argv)
+    if not args.dir.is_dir():
+        parser.error(f"DIR {args.dir}: no such folder")
+    if not args.csv.parent.is_dir():
+        parser.error(f"--csv {args.csv}: no such folder {args.csv.parent}")
+    if args.csv.is_dir():
+        parser.error(f"--csv {args.csv} is a folder")
+    if args.csv.exists():
+        with args.csv.open(encoding="utf-8", errors="replace") as handle:
+            if handle.readline().strip() != ",".join(CSV_HEADER):
+                parser.error(f"--csv {args.csv} exists and was not written by this command: "
+                             "choose another name (nothing was overwritten)")
+    feedback_dir = args.feedback or args.csv.with_name(args.csv.name + ".feedback")
+    if feedback_dir.exists() and not feedback_dir.is_dir():
+        parser.error(f"--feedback {feedback_dir} is a file, not a folder")
+    if not entries(args.dir):
+        parser.error(f"DIR {args.dir} holds no submission (a folder, .ipynb or .py per student)")
+    from autograder.trusted.grader import ROOT
+    from autograder.trusted.isolation import sandbox_problem
+
+    problem = sandbox_problem(ROOT)
+    if problem:
+        print(f"refusing to grade: an official grade needs the sandbox ({problem})",
+              file=sys.stderr)
+        return 4
+    options = {"probe_timeout": args.probe_timeout, "time_limit": args.time_limit,
+               "memory_mb": args.memory_mb}
+    try:
+        records = grade_class(args.dir, args.csv, feedback_dir, args.jobs, args.regrade, options)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the grades finished so far are kept; run the same command again "
+              "to grade the rest", file=sys.stderr)
+        return 130
+    write_csv(args.csv, records)
+    print(f"{len(records)} students: {args.csv} (feedback in {feedback_dir}/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
