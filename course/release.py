@@ -1,11 +1,15 @@
 """Regenerate the student notebooks (notebooks/) from the instructor notebooks (solutions/).
 
     python -m course.release              # common-mistakes cells, then notebooks/ from solutions/
+    python -m course.release --force      # ... even over notebooks edited since the last release
     python -m course.release --check      # exit 1 if either is out of date; write nothing
     python -m course.release --html OUT   # executed HTML pages that read offline (course.html_export)
 
 First it rewrites the "Common mistakes" cell of every solution notebook from the autograder's
 checks (`course.mistakes`), so one command brings both up to date after the checks change.
+It never overwrites (or deletes) a notebook in notebooks/ that was edited since the release wrote
+it, such as a student's answers: it writes nothing, names them and says how to proceed
+(`course.manifest`, which records what each release wrote in notebooks/.release-manifest.json).
 
 This runs the real nbgrader (`nbgrader generate_assignment`, https://nbgrader.readthedocs.io) in a
 throw-away course directory laid out as nbgrader expects:
@@ -28,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course.manifest import EditedNotebooks, write_notebooks
 from course.mistakes import stale_notebooks, write_sections
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -117,10 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--html", type=Path, metavar="OUT",
                         help="write executed HTML pages that read offline into OUT (nothing else)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="with --html: these notebooks only")
-    parser.add_argument("--force", action="store_true", help="with --html: overwrite existing pages")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite notebooks edited since the last release (with --html: "
+                             "existing pages)")
     args = parser.parse_args(argv)
-    if (args.only or args.force) and args.html is None:
-        parser.error("--only and --force go with --html")
+    if args.only and args.html is None:
+        parser.error("--only goes with --html")
 
     if args.html is not None:
         from course.html_export import export_all  # nbconvert and latex2mathml only when asked
@@ -146,13 +153,17 @@ def main(argv: list[str] | None = None) -> int:
 
     for path in write_sections(args.solutions):
         print(f"wrote {path} (its common-mistakes cell)")
-
-    # Remove released notebooks whose solution is gone; keep README.md and anything else.
-    keep = {p.name for p in solution_notebooks(args.solutions)}
-    for old in args.notebooks.glob("*.ipynb"):
-        if old.name not in keep:
-            old.unlink()
-    for path in generate_release(args.solutions, args.notebooks):
+    with tempfile.TemporaryDirectory(prefix="grpo_release_new_") as tmp:
+        new = {p.name: p.read_bytes() for p in generate_release(args.solutions, Path(tmp))}
+    # released notebooks whose solution is gone go too; README.md and anything else stay
+    removed = [p.name for p in args.notebooks.glob("*.ipynb") if p.name not in new]
+    try:
+        written = write_notebooks(args.notebooks, new, removed, force=args.force,
+                                  elsewhere="--notebooks DIR")
+    except EditedNotebooks as refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
+    for path in written:
         print(f"wrote {path}")
     return 0
 

@@ -47,3 +47,29 @@ def test_without_a_manifest_only_notebooks_that_would_not_change_are_safe(tmp_pa
                                        "03.ipynb": b"new"}) == ["02.ipynb"]
     (tmp_path / MANIFEST).write_text("not json")  # a damaged manifest protects like none
     assert edited_notebooks(tmp_path, {"02.ipynb": b"release"}) == ["02.ipynb"]
+
+
+@pytest.mark.slow
+def test_course_release_keeps_a_students_answers(tmp_path, capsys):
+    """The real command, on one notebook: an edited release notebook stops the release."""
+    import shutil
+
+    from course.release import REPO_ROOT
+    from course.release import main as release
+
+    solutions, notebooks = tmp_path / "solutions", tmp_path / "notebooks"
+    solutions.mkdir()
+    shutil.copy(REPO_ROOT / "solutions" / "01_tokenization.ipynb", solutions)
+    flags = ["--solutions", str(solutions), "--notebooks", str(notebooks)]
+    assert release(flags) == 0
+    released = (notebooks / "01_tokenization.ipynb").read_bytes()
+    assert release(flags) == 0  # an untouched release is rewritten without asking
+    answer = released.replace(b"raise NotImplementedError()", b"return 42", 1)
+    (notebooks / "01_tokenization.ipynb").write_bytes(answer)
+    capsys.readouterr()
+    assert release(flags) == 1
+    error = capsys.readouterr().err
+    assert "01_tokenization.ipynb" in error and "--force" in error and "--notebooks DIR" in error
+    assert (notebooks / "01_tokenization.ipynb").read_bytes() == answer  # nothing lost
+    assert release([*flags, "--force"]) == 0
+    assert (notebooks / "01_tokenization.ipynb").read_bytes() == released
