@@ -15,7 +15,10 @@ a policy can already sometimes do.
 Under `torchrun`, every rank draws the same problems and keeps whole groups of its own; sampling is
 seeded per row (`rollout.row_seed`), so the rollouts, and therefore the updates, are those of the
 single-process run. `--out DIR` writes `metrics.jsonl` (one record per step), `summary.json`,
-`training_curves.png` and the final weights `policy.pt`.
+`training_curves.png` and the final weights `policy.pt`. `--notebooks DIR` trains with the
+learner's own stages, read from their notebooks (`course.implementations`): their train step on
+their tokenizer, scorer, advantages, losses and aggregation, each falling back to the reference
+where it is not written yet.
 
 Measured with the defaults on a 2-core CPU (seeds 0, 1, 2; `benchmarks/README.md`): held-out
 answer accuracy on 500 problems, sampled at temperature 1, rose from 23% to a median of 73% (greedy:
@@ -45,6 +48,7 @@ from tqdm.auto import tqdm
 from course.advantages import BASELINES, NORMALIZERS
 from course.aggregation import LOSS_NORMALIZATIONS
 from course.distributed import rank_and_world_size
+from course.implementations import Implementations, StageNotWritten, load_implementations
 from course.losses import KL_ESTIMATORS, PG_METHODS, estimate_kl, truncated_importance_weights
 from course.metrics import compare_logprobs
 from course.models import load_model_and_tokenizer
@@ -278,8 +282,11 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     return log_probs, stats
 
 
-def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -> dict:
-    """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary."""
+def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
+          implementations: Implementations | None = None) -> dict:
+    """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
+    `implementations`: whose graded functions take the optimizer step (default: the reference's)."""
+    train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
     if config.threads:
@@ -322,7 +329,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
                                                  separate_sampler)
         policy.train()
         for _ in range(config.updates_per_rollout):
-            _, metadata = grpo_train_step(
+            _, metadata = train_step(
                 model, tokenizer, optimizer, config.gradient_accumulation_steps,
                 config.max_grad_norm or None, r1_zero_reward_fn, rollouts.repeated_prompts,
                 rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
@@ -372,6 +379,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True) -
             "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
                        f"torch {torch.__version__}, {torch.get_num_threads()} threads/process",
             "config": asdict(config),
+            "implementations": implementations.origins if implementations else "reference",
         }
         if out is not None:
             metrics_file.close()
@@ -413,9 +421,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
                              "(default: write nothing, print the summary)")
+    parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
+                        help="train with your own stages, read from the notebooks in DIR (stages "
+                             "not written yet use the reference where it is available)")
     add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
     args = vars(parser.parse_args(argv))
-    out = args.pop("out")
+    out, notebooks = args.pop("out"), args.pop("notebooks")
+    implementations = None
+    if notebooks is not None:
+        try:
+            implementations = load_implementations(notebooks)
+        except (FileNotFoundError, StageNotWritten) as error:
+            parser.error(f"argument --notebooks: {error}")
+        print(implementations.table())
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     try:  # what no single flag decides: values that must fit together, and the world size
         validate(TrainConfig(**args), world_size)
@@ -425,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     if distributed:
         dist.init_process_group("gloo")
     try:
-        summary = train(TrainConfig(**args), out)
+        summary = train(TrainConfig(**args), out, implementations=implementations)
         if distributed:
             dist.barrier()  # no rank tears gloo down while another is still communicating
     finally:

@@ -1,0 +1,120 @@
+"""Whose code runs each stage: the learner's own functions, read from their notebooks, or the reference.
+
+Notebook 07 and `python -m course.train --notebooks DIR` train with the learner's implementation of
+every stage: their `grpo_train_step`, which calls their own tokenizer, scorer, advantages, losses
+and aggregation, wherever the notebooks define them. A graded function still holding the release's
+stub (`raise NotImplementedError()`) is "not written": its stage falls back to the reference when
+the reference is available (the full package, or a stage the instructor revealed), and says so;
+otherwise loading stops with the notebook to finish.
+
+The notebooks are read the way the autograder reads them (`autograder.trusted.submission`): only
+imports, definitions and UPPER_CASE constants are kept, so a training loop or a plot in a notebook
+never runs here. Those definitions are then executed in this process: the learner's own code, on
+their own machine, exactly as their notebook runs it. Each notebook keeps its own namespace; a
+graded function that a notebook imports from `course` (notebook 06 imports the tokenizer, for
+example) is replaced there by the learner's own version, so a later stage runs on earlier ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_NAMED, STAGE_OF
+
+
+class StageNotWritten(RuntimeError):
+    """A stage the learner has not written and whose reference is not available."""
+
+
+@dataclass
+class Implementations:
+    functions: dict[str, Callable]  # graded function name -> what runs
+    origins: dict[str, str]  # graded function name -> "yours (NN_….ipynb)" or "reference (…)"
+    problems: tuple[str, ...] = ()  # notebook statements that failed to run (their names stay unset)
+
+    def __getitem__(self, name: str) -> Callable:
+        return self.functions[name]
+
+    def table(self) -> str:
+        """One line per graded function: its stage and whose code runs it."""
+        width = max(len(name) for name in self.origins)
+        lines = [f"{STAGE_OF[name]:<16}{name:<{width + 2}}{origin}" for name, origin in self.origins.items()]
+        return "\n".join(lines + [f"note: {problem}" for problem in self.problems])
+
+
+def _is_unwritten(statement_source: str, name: str) -> bool:
+    """True when `name`'s definition is the release's stub: a docstring, then only a raise of
+    NotImplementedError (comments such as `# YOUR CODE HERE` are not statements)."""
+    for node in ast.parse(statement_source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            return len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None \
+                and "NotImplementedError" in ast.unparse(body[0].exc)
+    return False
+
+
+def _reference(name: str) -> Callable | None:
+    """The reference of `name`, or None where it is not available (a stub in a student edition)."""
+    function = getattr(importlib.import_module(HOME_MODULES[name]), name, None)
+    if function is None or getattr(function, "__grader_stub__", None) or \
+            getattr(function, "__unrevealed__", False):
+        return None
+    return function
+
+
+def _execute(unit: dict, problems: list[str]) -> dict:
+    """Run a notebook's kept statements in a fresh module namespace; a failing one is reported."""
+    module = types.ModuleType(f"notebook_{Path(unit['name']).stem}")
+    module.__file__ = unit["name"]
+    for label, source in unit["statements"]:
+        try:
+            exec(compile(source, label, "exec"), module.__dict__)
+        except Exception as error:
+            problems.append(f"{label} failed to run: {type(error).__name__}: {error}")
+    return vars(module)
+
+
+def load_implementations(notebooks: str | Path) -> Implementations:
+    """The learner's implementation of every graded function, from the notebooks in `notebooks`,
+    with the reference where a function is not written (and available). Raises StageNotWritten
+    naming the notebook to finish when neither exists, and FileNotFoundError for a missing folder."""
+    from autograder.trusted.submission import load_submission  # the autograder's safe reader
+
+    folder = Path(notebooks)
+    if not folder.is_dir() or not any(folder.glob("*.ipynb")):
+        raise FileNotFoundError(f"notebooks={folder}: no folder of notebooks there")
+    submission = load_submission(folder.resolve(), folder.resolve())
+    problems = list(submission.problems)
+    namespaces = [_execute(unit, problems) for unit in submission.units]
+    functions, origins = {}, {}
+    for name in GRADED_FUNCTIONS:
+        index = submission.providers.get(name)
+        unit = submission.units[index] if index is not None else None
+        source = next((s for _, s in unit["statements"] if f"def {name}(" in s), None) if unit else None
+        if source is not None and name in namespaces[index] and not _is_unwritten(source, name):
+            functions[name], origins[name] = namespaces[index][name], f"yours ({unit['name']})"
+            continue
+        reference = _reference(name)
+        stage = STAGE_NAMED[STAGE_OF[name]]
+        if reference is None:
+            raise StageNotWritten(
+                f"{name} is not written yet and stage {stage.key} is not revealed: finish "
+                f"{stage.notebook} (or ask your instructor to reveal stage {stage.key})")
+        functions[name] = reference
+        origins[name] = f"reference (course.{name}: not written in {stage.notebook})"
+    for namespace in namespaces:  # later stages call the learner's earlier ones
+        for name in GRADED_FUNCTIONS:
+            if name in namespace:
+                namespace[name] = functions[name]
+    return Implementations(functions, origins, tuple(problems))
+
+
+def reference_implementations() -> Implementations:
+    """Every graded function's reference (the course's own run, to compare with)."""
+    return Implementations({name: _reference(name) for name in GRADED_FUNCTIONS},
+                           {name: f"reference (course.{name})" for name in GRADED_FUNCTIONS})
