@@ -4,10 +4,10 @@
 
 Every entry of DIR is one student, named by the entry: a folder of notebooks (`alice/`), one
 notebook (`bob.ipynb`) or one .py file (`carol.py`). Each is graded officially (in the bubblewrap
-sandbox, with fresh inputs: see `autograder.isolation`), `--jobs` at a time.
+sandbox, with fresh inputs: see `autograder.trusted.isolation`), `--jobs` at a time.
 
 Nothing is lost and nothing is graded twice: each student's grade is stored, as soon as it is
-known, in its own file under `<csv>.results/` (written whole or not at all: `autograder.results`),
+known, in its own file under `<csv>.results/` (written whole or not at all: `autograder.trusted.results`),
 with a fingerprint of what was graded. A run that is interrupted is resumed by running the same
 command: a student whose stored grade matches the entry as it is now is skipped, unless
 `--regrade`. The CSV (`student,score,max_score`, then one column per stage) and the feedback files
@@ -18,8 +18,8 @@ What is reused between submissions: each job is a process that imported the trus
 its own (a fresh template, started while the job's previous submission is being graded, so that
 its start costs no wall time), whose stage children run under their own user ids; a .py
 submission is copied alone into a private folder. So no student sees another's files, nor
-anything a previous submission left in a sandbox's /tmp or /dev/shm. A submission that crashes or hangs is stopped by the grader's time limits
-and costs only its own row; a grading that fails on the trusted side costs only its row too.
+anything a previous submission left in a sandbox's /tmp or /dev/shm. A submission that crashes or
+hangs is stopped by the grader's time limits and costs only its own row; a grading that fails on the trusted side costs only its row too.
 """
 
 from __future__ import annotations
