@@ -347,15 +347,21 @@ def test_solution_notebooks_are_the_reference_and_release_notebooks_zero():
     """The real notebooks: read (not run) from solutions/ and notebooks/ (nbgrader release)."""
     if not (ROOT / "solutions").is_dir() or not (ROOT / "notebooks").is_dir():
         pytest.skip("the notebooks are not there yet")
-    graded = _grade_all({name: ((str(ROOT / name),), {}) for name in ("solutions", "notebooks")})
-    solutions, release = graded["solutions"], graded["notebooks"]
+    graded = _grade_all({"solutions": ((str(ROOT / "solutions"),), {}),
+                         "checked": ((str(ROOT / "solutions"),), {"allow_reference": True}),
+                         "notebooks": ((str(ROOT / "notebooks"),), {})})
+    solutions, checked, release = graded["solutions"], graded["checked"], graded["notebooks"]
     # solutions/ holds the course's own functions (tests/test_one_implementation.py): read as a
-    # student's submission, those are pasted copies of the reference and earn nothing (a leaked
-    # solution notebook is caught). Everything else in it must get full marks; the reference itself
-    # is graded by `pytest autograder --submission course`.
+    # student's submission, every graded function is a pasted copy of the reference and earns
+    # nothing (a leaked solution notebook is caught); an instructor's check (--allow-reference)
+    # gives them full marks.
     failed = {n: r["output"] for n, r in solutions["results"].items() if r["status"] == "failed"}
+    assert solutions["score"] == 0 and len(failed) == len(solutions["results"]) - \
+        sum(r["status"] == "skipped" for r in solutions["results"].values())
     assert all("is a copy of the reference" in output for output in failed.values()), failed
-    assert solutions["max_score"] > 50
+    lost = {n: r["output"][:300] for n, r in checked["results"].items() if r["status"] == "failed"}
+    assert checked["score"] == checked["max_score"] > 50, lost
+    assert "--allow-reference" in checked["isolation"]
     assert release["score"] == 0 and release["max_score"] == solutions["max_score"]
     assert not solutions["load_failure"] and not release["load_failure"]
 
