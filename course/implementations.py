@@ -1,11 +1,17 @@
 """Whose code runs each stage: the learner's own functions, read from their notebooks, or the reference.
 
-Notebook 07 and `python -m course.train --notebooks DIR` train with the learner's implementation of
-every stage: their `grpo_train_step`, which calls their own tokenizer, scorer, advantages, losses
-and aggregation, wherever the notebooks define them. A graded function still holding the release's
-stub (`raise NotImplementedError()`) is "not written": its stage falls back to the reference when
-the reference is available (the full package, or a stage the instructor revealed), and says so;
-otherwise loading stops with the notebook to finish.
+Two rules, for two uses:
+
+- `load_implementations` (yours first): notebook 07 and `python -m course.train --notebooks DIR`
+  train with the learner's implementation of
+  every stage: their `grpo_train_step`, which calls their own tokenizer, scorer, advantages,
+  losses and aggregation. A graded function still holding the release's stub (`raise
+  NotImplementedError()`) is "not written": its stage falls back to the reference when the
+  reference is available (the full package, or a stage the instructor revealed), and says so;
+  otherwise loading stops with the notebook to finish.
+- `earlier_stages` (the reference first): a notebook uses the stages before its own, the reference
+  where it is available, so that being stuck on stage 2 does not block stage 4; where the
+  instructor has not revealed it (a student edition), the learner's own, from their notebook.
 
 The notebooks are read the way the autograder reads them (`autograder.trusted.submission`): only
 imports, definitions and UPPER_CASE constants are kept, so a training loop or a plot in a notebook
@@ -79,8 +85,9 @@ def _execute(unit: dict, problems: list[str]) -> dict:
     return vars(module)
 
 
-def load_implementations(notebooks: str | Path) -> Implementations:
-    """The learner's implementation of every graded function, from the notebooks in `notebooks`,
+def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_FUNCTIONS) -> Implementations:
+    """The learner's implementation of each of `names` (default: every graded function), from the
+    notebooks in `notebooks`,
     with the reference where a function is not written (and available). Raises StageNotWritten
     naming the notebook to finish when neither exists, and FileNotFoundError for a missing folder."""
     from autograder.trusted.submission import load_submission  # the autograder's safe reader
@@ -92,7 +99,7 @@ def load_implementations(notebooks: str | Path) -> Implementations:
     problems = list(submission.problems)
     namespaces = [_execute(unit, problems) for unit in submission.units]
     functions, origins = {}, {}
-    for name in GRADED_FUNCTIONS:
+    for name in names:
         index = submission.providers.get(name)
         unit = submission.units[index] if index is not None else None
         source = next((s for _, s in unit["statements"] if f"def {name}(" in s), None) if unit else None
@@ -108,7 +115,7 @@ def load_implementations(notebooks: str | Path) -> Implementations:
         functions[name] = reference
         origins[name] = f"reference (course.{name}: not written in {stage.notebook})"
     for namespace in namespaces:  # later stages call the learner's earlier ones
-        for name in GRADED_FUNCTIONS:
+        for name in names:
             if name in namespace:
                 namespace[name] = functions[name]
     return Implementations(functions, origins, tuple(problems))
@@ -118,3 +125,20 @@ def reference_implementations() -> Implementations:
     """Every graded function's reference (the course's own run, to compare with)."""
     return Implementations({name: _reference(name) for name in GRADED_FUNCTIONS},
                            {name: f"reference (course.{name})" for name in GRADED_FUNCTIONS})
+
+
+def earlier_stages(stage: str, notebooks: str | Path = ".") -> Implementations:
+    """The graded functions of the stages before `stage` (a REGISTRY key such as "6_train_step"):
+    each one's reference where it is available, else the learner's own from `notebooks`. Raises
+    StageNotWritten naming the notebook when a needed stage is neither revealed nor written."""
+    keys = list(STAGE_NAMED)
+    if stage not in STAGE_NAMED:
+        raise ValueError(f"stage must be one of {keys}, got {stage!r}")
+    names = [n for key in keys[:keys.index(stage)] for n in STAGE_NAMED[key].functions]
+    references = {name: _reference(name) for name in names}
+    if all(references.values()):
+        return Implementations(references, {n: f"reference (course.{n})" for n in names})
+    learner = load_implementations(notebooks, tuple(n for n in names if references[n] is None))
+    functions = {n: references[n] or learner.functions[n] for n in names}
+    origins = {n: f"reference (course.{n})" if references[n] else learner.origins[n] for n in names}
+    return Implementations(functions, origins, learner.problems)

@@ -8,7 +8,12 @@ import torch
 
 import course
 import course.advantages
-from course.implementations import StageNotWritten, load_implementations, reference_implementations
+from course.implementations import (
+    StageNotWritten,
+    earlier_stages,
+    load_implementations,
+    reference_implementations,
+)
 from course.registry import GRADED_FUNCTIONS
 from course.train import TrainConfig, main, train
 
@@ -107,3 +112,30 @@ def test_the_learners_train_step_is_the_one_that_steps(tmp_path):
     warm = load_model_and_tokenizer(TrainConfig().checkpoint)[0].state_dict()
     assert all(torch.equal(still[k], warm[k]) for k in warm)
     assert any(not torch.equal(moved[k], warm[k]) for k in warm)
+
+
+def test_earlier_stages_are_the_reference_where_it_is_available(tmp_path):
+    write_notebook(tmp_path, "03.ipynb",
+                   'def compute_group_normalized_rewards(*args, **kwargs):\n    return "mine"')
+    uses = earlier_stages("4_losses", tmp_path)
+    assert list(uses.functions) == ["tokenize_prompt_and_output", "compute_entropy",
+                                    "get_response_log_probs", "compute_rollout_rewards",
+                                    "compute_group_normalized_rewards"]
+    assert uses["compute_group_normalized_rewards"] is course.compute_group_normalized_rewards
+
+
+def test_an_unrevealed_earlier_stage_is_the_learners_own(tmp_path, monkeypatch):
+    write_notebook(tmp_path, "03.ipynb",
+                   'def compute_group_normalized_rewards(*args, **kwargs):\n    return "mine"')
+    monkeypatch.setattr(course.advantages.compute_group_normalized_rewards, "__unrevealed__", True,
+                        raising=False)
+    uses = earlier_stages("6_train_step", tmp_path)  # stage 6 itself is not written: no matter
+    assert uses["compute_group_normalized_rewards"]() == "mine"
+    assert uses.origins["compute_group_normalized_rewards"] == "yours (03.ipynb)"
+    assert uses["compute_rollout_rewards"] is course.compute_rollout_rewards
+    monkeypatch.setattr(course.advantages.compute_rollout_rewards, "__unrevealed__", True,
+                        raising=False)
+    with pytest.raises(StageNotWritten, match="compute_rollout_rewards.*finish 03_rewards"):
+        earlier_stages("6_train_step", tmp_path)
+    with pytest.raises(ValueError, match="stage must be one of"):
+        earlier_stages("7_end_to_end", tmp_path)
