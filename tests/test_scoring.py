@@ -168,9 +168,10 @@ def _largest_logits_block(model, batch, chunk, monkeypatch):
     sizes = []
     block_logits = course.chunked_head._block_logits
 
-    def spy(hidden, weight, buffer):
-        sizes.append(hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
-        return block_logits(hidden, weight, buffer)
+    def spy(tiles, weight, shift):
+        sizes.append(tiles.hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
+        sizes.append(tiles.buffer.numel())  # the one buffer the tiles are written into
+        return block_logits(tiles, weight, shift)
 
     monkeypatch.setattr(course.chunked_head, "_block_logits", spy)
     hook = model.get_output_embeddings().register_forward_hook(
