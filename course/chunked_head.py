@@ -76,6 +76,7 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
                 probs = tiles(weight[tile], log_normalizer[block]).exp_().to(hidden.dtype)  # (r, w) softmax
                 _matmul_into(grad_weight[tile], probs.t(), scaled_hidden, accumulate=start > 0)
                 _matmul_into(grad_hidden[block], probs, weight[tile], accumulate=first > 0)
+        del tiles, scaled_hidden  # before the one-hot part's (N, H) temporaries: a lower peak
         # the one-hot part: ∂h = g ⊙ (W[y] − Σ P W), ∂W[y] += g ⊙ h (index_add_ sums repeated labels)
         grad_hidden.neg_().add_(weight[labels]).mul_(g)
         grad_weight.index_add_(0, labels, g * hidden)
@@ -231,6 +232,10 @@ def chunked_head_log_probs(
     """log π(labels | input_ids) (B, T), and the entropy (B, T) if asked, holding at most the logits
     of one (B, chunk_size, V) block at a time. `model` must be one of CHUNKABLE_MODEL_TYPES."""
     decoder, head = _decoder_and_head(model)
+    vocab = head.weight.shape[0]
+    if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < vocab:
+        raise ValueError(f"labels must lie in [0, {vocab}) (the head's vocabulary), got "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
     hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
     batch, positions = labels.shape
     budget = batch * chunk_size * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most
