@@ -88,7 +88,8 @@ def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Ten
     each (r,), for the rows set on `tiles`, one vocabulary slice at a time.
 
     Sums are kept relative to a shift c, the first slice's max: exp(z − c) for later slices needs
-    no max, and c moves (rescaling the sums) only where a slice's exp would overflow.
+    no max. c moves up (rescaling the sums) only where Σ exp(z − c) passes 2^16, for precision,
+    or where a slice's exp would overflow, which redoes that slice.
     """
     vocab, width = weight.shape[0], tiles.width
     label_logits = torch.empty(labels.shape[0], dtype=tiles.dtype, device=labels.device)  # (r,) z_y − c
@@ -97,27 +98,34 @@ def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Ten
         head = weight[first:first + width]
         z = tiles(head, shift)  # (r, w) z − c
         label_logits[rows] = z[rows, columns]
-        if shift is not None:
+        if shift is None:  # the first slice: c = its max
+            shift = z.amax(dim=1)
+            z.sub_(shift[:, None])
+            label_logits.sub_(shift)
+            mass, spread = _exp_sums(z, want_entropy)
+            continue
+        tile_mass, tile_spread = _exp_sums(z, want_entropy)  # Σ exp(z − c), Σ exp(z − c)(z − c)
+        if not bool(torch.isfinite(mass + tile_mass).all()):  # a logit ~88 above c (float32)
+            z = tiles(head, shift)  # exp overwrote it: redo it relative to this slice's max
+            by = torch.maximum(z.amax(dim=1), mass.log())  # (r,)
+            z.sub_(by[:, None])
             tile_mass, tile_spread = _exp_sums(z, want_entropy)
-            if bool(torch.isfinite(mass + tile_mass).all()):  # the usual case
-                mass = mass + tile_mass
-                spread = spread + tile_spread if want_entropy else None
-                continue
-            z = tiles(head, shift)  # a logit ~88 above c (float32): exp overwrote z, redo it
-        # the first slice, or an overflowing one: move c up to this slice's max (or to log Σ so far)
-        peak = z.amax(dim=1) if shift is None else torch.maximum(z.amax(dim=1), mass.log())  # (r,)
-        z.sub_(peak[:, None])
-        label_logits.sub_(peak)
-        tile_mass, tile_spread = _exp_sums(z, want_entropy)
-        if shift is None:
-            shift, mass, spread = peak, tile_mass, tile_spread
-        else:
-            scale = torch.exp(-peak)
-            spread = scale * (spread - peak * mass) + tile_spread if want_entropy else None
-            shift, mass = shift + peak, scale * mass + tile_mass
+            shift, mass, spread = _moved(shift, mass, spread, label_logits, by)
+        mass = mass + tile_mass
+        spread = spread + tile_spread if want_entropy else None
+        if bool((mass > 2**16).any()):
+            by = torch.where(mass > 2**16, mass.log(), 0)
+            shift, mass, spread = _moved(shift, mass, spread, label_logits, by)
     log_mass = mass.log()
     entropy = log_mass - spread / mass if want_entropy else None
     return shift + log_mass, label_logits - log_mass, entropy
+
+
+def _moved(shift, mass, spread, label_logits, by):
+    """The running sums relative to c + by instead of c (by ≥ 0, (r,)); label_logits in place."""
+    scale = torch.exp(-by)  # Σ exp(z − c − by) = e^−by Σ exp(z − c), and likewise with the factor z − c − by
+    label_logits.sub_(by)
+    return shift + by, scale * mass, None if spread is None else scale * (spread - by * mass)
 
 
 # Rows per tile at most: all B · T positions of a usual batch at once, so the matmuls stay large.
