@@ -23,8 +23,9 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
 
     The logits are visited in tiles of (rows, vocabulary slice) with rows · slice <= budget; a
     softmax over the vocabulary is then a running one (Milakov & Gimelshein 2018, arXiv 1805.02867):
-      forward:  per tile z − c in one matmul, c = the first tile's max (moved only where exp
-                would overflow); Σ exp(z − c) with exp in place, z_y read before; then
+      forward:  per tile z − c in one matmul, c = the first tile's max (moved up only where
+                Σ exp(z − c) passes 2^16 or exp would overflow); Σ exp(z − c) with exp in place,
+                z_y read before; then
                 log Z = c + log Σ, out = z_y − log Z (and H = log Σ − Σ e·(z − c) / Σ, no grad).
       backward: per tile P = exp(z − log Z) in place, the only pass over the tile; the cotangent
                 g and the one-hot are applied outside it, on (N, H) and (V, H) operands:
