@@ -17,8 +17,9 @@ Each method runs in a fresh subprocess so that allocator caches from one cannot 
 Peak extra memory is measured around one forward + backward (parameter gradients included):
   cpu   peak resident set size (Linux VmHWM, reset through /proc/self/clear_refs) minus RSS before;
   cuda  torch.cuda.max_memory_allocated minus memory_allocated before.
-Time is the median of `--repeats` further forward + backward passes. Results are compared with the
-log_softmax path: log-probs and the output head's gradient.
+Time is the median of `--repeats` forward + backward passes, taken in one further process that runs
+the methods in turn, round after round, so that load from other programs falls on all of them alike.
+Results are compared with the log_softmax path: log-probs and the output head's gradient.
 
     python benchmarks/bench_logprobs.py                      # CPU, V = 50304
     python benchmarks/bench_logprobs.py --device cuda --batch 16 --seq 1024
@@ -75,61 +76,75 @@ def _score(method: str, model, input_ids, labels, chunk: int) -> torch.Tensor:
     return get_response_log_probs(model, input_ids, labels, logits_chunk_size=size)["log_probs"]
 
 
-def run_one(args: argparse.Namespace, method: str, output: str) -> None:
-    """In a fresh process: build, measure one forward + backward, time a few more, save results."""
+def _setup(args: argparse.Namespace):
+    """The model, inputs and per-token weights every method scores: seeded, the same in each process."""
     from course.models import build_tiny_model
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype)
     model = build_tiny_model(vocab_size=args.vocab, hidden_size=args.hidden,
                              num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                             max_position_embeddings=max(256, args.seq), seed=0, dtype=dtype)
+                             max_position_embeddings=max(256, args.seq), seed=0, dtype=getattr(torch, args.dtype))
     model = model.to(device)
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
     input_ids, labels = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
     weights = torch.randn(args.batch, args.seq, generator=generator).to(device)
-
     chunk = chunk_for(args)
 
-    def forward_backward():
+    def forward_backward(method: str) -> torch.Tensor:
         log_probs = _score(method, model, input_ids, labels, chunk)
         (log_probs * weights).sum().backward()
         return log_probs.detach()
 
-    # warm up on one short row: lazy initialization and the parameter-gradient buffers (the same for
-    # every method) are allocated here, so the measurement below is the scoring's own extra memory
-    _score(method, model, input_ids[:1, :chunk], labels[:1, :chunk], chunk).sum().backward()
-    model.zero_grad(set_to_none=False)
+    def warm_up(method: str) -> None:
+        # one short row: lazy initialization and the parameter-gradient buffers (the same for every
+        # method) are allocated here, so what is measured after is the scoring's own cost
+        _score(method, model, input_ids[:1, :chunk], labels[:1, :chunk], chunk).sum().backward()
+        model.zero_grad(set_to_none=False)
 
+    return model, device, forward_backward, warm_up
+
+
+def run_one(args: argparse.Namespace, method: str, output: str) -> None:
+    """In a fresh process: the peak extra memory of one forward + backward, and its results."""
+    model, device, forward_backward, warm_up = _setup(args)
+    warm_up(method)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        log_probs = forward_backward()
+        log_probs = forward_backward(method)
         torch.cuda.synchronize()
         peak_extra = torch.cuda.max_memory_allocated() - before
     else:
         with open("/proc/self/clear_refs", "w") as clear_refs:
             clear_refs.write("5")  # reset the peak RSS (VmHWM) to the current RSS
         before = _rss_kib("VmRSS")
-        log_probs = forward_backward()
+        log_probs = forward_backward(method)
         peak_extra = (_rss_kib("VmHWM") - before) * 1024
     head_grad = model.get_output_embeddings().weight.grad.detach().float().cpu()
+    torch.save({"peak_extra": peak_extra, "log_probs": log_probs.float().cpu(), "head_grad": head_grad}, output)
 
-    seconds = []
-    for _ in range(args.repeats):
-        model.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        forward_backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
-    torch.save({"peak_extra": peak_extra, "seconds": seconds, "log_probs": log_probs.float().cpu(),
-                "head_grad": head_grad}, output)
+
+def run_timing(args: argparse.Namespace, methods: list[str], output: str) -> None:
+    """In one process: `--repeats` rounds, each timing one forward + backward of every method in turn
+    (the order rotating), so that a busy minute on a shared machine slows every method alike."""
+    model, device, forward_backward, warm_up = _setup(args)
+    for method in methods:
+        warm_up(method)
+    seconds = {method: [] for method in methods}
+    for round_ in range(args.repeats):
+        for method in methods[round_ % len(methods):] + methods[:round_ % len(methods)]:
+            model.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            forward_backward(method)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds[method].append(time.perf_counter() - start)
+    torch.save(seconds, output)
 
 
 def describe_machine(device: str) -> str:
@@ -159,13 +174,17 @@ def main() -> None:
     parser.add_argument("--block-mib", type=float, default=8.0,
                         help="bytes of one float32 block of logits in the chunked head (default: 8 MiB)")
     parser.add_argument("--chunk", type=int, default=0, help="positions per block (overrides --block-mib)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds of every method (default: 5)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)  # subprocess mode
+    parser.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)  # subprocess mode: memory
+    parser.add_argument("--time", nargs="+", choices=METHODS, help=argparse.SUPPRESS)  # subprocess mode: time
     parser.add_argument("--output", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.method:
         run_one(args, args.method, args.output)
+        return
+    if args.time:
+        run_timing(args, args.time, args.output)
         return
 
     if min(args.vocab, args.hidden, args.layers, args.heads, args.batch, args.seq, args.repeats) < 1 \
@@ -175,15 +194,25 @@ def main() -> None:
         parser.error("--device cuda: torch sees no CUDA device")
     methods = [m for m in METHODS if m != "trl" or trl_available()]
     results = {}
+    # glibc would keep freed (B, T, V) blocks in its heap and RSS would not fall; serving every block
+    # over 1 MiB with mmap returns it on free, so peak RSS tracks live tensors
+    environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**20)}
+    # OpenMP workers that spin between parallel regions hold a core a busy machine needs elsewhere:
+    # each region then waits for a descheduled worker, which costs a method in proportion to its
+    # number of regions (the chunked head has ~10 per tile) rather than its work. Passive waiting
+    # applies to every method alike; set OMP_WAIT_POLICY yourself to measure otherwise.
+    environment.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with tempfile.TemporaryDirectory() as directory:
         for method in methods:
             output = os.path.join(directory, f"{method}.pt")
-            # glibc would keep freed (B, T, V) blocks in its heap and RSS would not fall; serving every
-            # block over 1 MiB with mmap returns it on free, so peak RSS tracks live tensors
-            environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**20)}
             subprocess.run([sys.executable, __file__, *sys.argv[1:], "--method", method,
                             "--output", output], check=True, env=environment)
             results[method] = torch.load(output)
+        output = os.path.join(directory, "seconds.pt")
+        subprocess.run([sys.executable, __file__, *sys.argv[1:], "--time", *methods, "--output", output],
+                       check=True, env=environment)
+        for method, seconds in torch.load(output).items():
+            results[method]["seconds"] = seconds
     print_table(args, results)
 
 
@@ -195,7 +224,8 @@ def print_table(args: argparse.Namespace, results: dict) -> None:
     print(f"device {args.device}, {args.dtype} OLMo2 hidden {args.hidden} x {args.layers} layers, "
           f"V = {args.vocab}, B = {args.batch}, T = {args.seq}, chunk = {chunk} positions "
           f"({args.batch * chunk * args.vocab * 4 / 2**20:.1f} MiB of logits); "
-          f"one fp32 (B, T, V) tensor = {logits_mib:.0f} MiB; {args.threads} threads")
+          f"one fp32 (B, T, V) tensor = {logits_mib:.0f} MiB; {args.threads} threads, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}")
     print(f"{'method':<12} {'peak extra MiB':>15} {'vs log_softmax':>15} {'fwd+bwd s':>10} "
           f"{'vs log_softmax':>15} {'max |Δ log p|':>14} {'max |Δ grad|':>13}")
     reference_seconds = statistics.median(reference["seconds"])

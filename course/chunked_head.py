@@ -16,15 +16,20 @@ import torch
 
 # Architectures whose causal-LM forward is exactly lm_head(model(input_ids).last_hidden_state).
 CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")  # each proven equal in tests/test_scoring.py
+
+
 class _ChunkedHeadLogProb(torch.autograd.Function):
     """log softmax(h Wᵀ)[y] for N rows, never holding more than `budget` logits at once.
 
     The logits are visited in tiles of (rows, vocabulary slice) with rows · slice <= budget; a
     softmax over the vocabulary is then a running one (Milakov & Gimelshein 2018, arXiv 1805.02867):
-      forward:  per tile z = h Wₜᵀ; running max m, Σ exp(z − m), and the label's logit; at the end
-                log Z = m + log Σ, out = z_y − log Z (and H = log Z − Σ softmax(z)·z, no grad).
-      backward: per tile recompute z; G = g · (onehot(y) − exp(z − log Z)) in place;
-                ∂Wₜ = Gᵀ h (written once per tile), ∂h += G Wₜ.
+      forward:  per tile z − c in one matmul, c = the first tile's max (moved up only where
+                Σ exp(z − c) passes 2^16 or exp would overflow); Σ exp(z − c) with exp in place,
+                z_y read before; then
+                log Z = c + log Σ, out = z_y − log Z (and H = log Σ − Σ e·(z − c) / Σ, no grad).
+      backward: per tile P = exp(z − log Z) in place, the only pass over the tile; the cotangent
+                g and the one-hot are applied outside it, on (N, H) and (V, H) operands:
+                ∂Wₜ = Pᵀ (−g ⊙ h), ∂h = g ⊙ (W[y] − Σₜ P Wₜ), then ∂W[y] += g ⊙ h.
     Saved for backward: h (N, H), y (N,), log Z (N,) and W (the model's own weight), never logits.
     Tiling the vocabulary rather than the positions keeps every matmul large (all rows at once)
     and writes each slice of ∂W once instead of adding a (V, H) product per block of positions.
@@ -35,40 +40,18 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, budget: int, want_entropy: bool):
         count, vocab = hidden.shape[0], weight.shape[0]
-        compute_dtype = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
         rows, width = _tile_shape(count, vocab, budget)
-        buffer = torch.empty(rows * width, dtype=compute_dtype, device=hidden.device)
-        log_normalizer = torch.empty(count, dtype=compute_dtype, device=hidden.device)  # (N,)
+        tiles = _TileLogits(weight, rows, width, _compute_dtype(hidden))
+        log_normalizer = torch.empty(count, dtype=tiles.dtype, device=hidden.device)  # (N,)
         log_probs = torch.empty_like(log_normalizer)  # (N,)
         entropy = torch.empty_like(log_normalizer) if want_entropy else None
         for start in range(0, count, rows):
-            block, y = slice(start, start + rows), labels[start:start + rows]
-            peak = sum_exp = weighted = None  # running max, Σ exp(z − max), Σ exp(z − max)·(z − max)
-            for first in range(0, vocab, width):
-                z = _block_logits(hidden[block], weight[first:first + width], buffer)  # (r, w)
-                in_tile = (y >= first) & (y < first + z.shape[1])
-                if bool(in_tile.any()):
-                    label_rows = in_tile.nonzero()[:, 0]
-                    log_probs[start + label_rows] = z[label_rows, y[label_rows] - first]
-                tile_peak = z.amax(dim=1)
-                new_peak = tile_peak if peak is None else torch.maximum(peak, tile_peak)
-                z.sub_(new_peak[:, None])  # z − max: exp cannot overflow
-                tile_exp = torch.exp(z) if want_entropy else z.exp_()
-                tile_sum = tile_exp.sum(dim=1)
-                if want_entropy:
-                    tile_weighted = torch.bmm(tile_exp[:, None, :], z[:, :, None])[:, 0, 0]  # Σ e·(z − max)
-                if peak is None:
-                    sum_exp, weighted = tile_sum, tile_weighted if want_entropy else None
-                else:
-                    scale, shift = torch.exp(peak - new_peak), new_peak - peak
-                    if want_entropy:  # re-express the old Σ e·(z − max) relative to the new max
-                        weighted = scale * (weighted - shift * sum_exp) + tile_weighted
-                    sum_exp = scale * sum_exp + tile_sum
-                peak = new_peak
-            log_normalizer[block] = peak + sum_exp.log()
-            log_probs[block] -= log_normalizer[block]
+            block = slice(start, start + rows)
+            tiles.set_rows(hidden[block])
+            log_normalizer[block], log_probs[block], block_entropy = _running_softmax(
+                tiles, weight, labels[block], want_entropy)
             if want_entropy:
-                entropy[block] = sum_exp.log() - weighted / sum_exp
+                entropy[block] = block_entropy
         ctx.budget = budget
         ctx.save_for_backward(hidden, weight, labels, log_normalizer)
         if entropy is not None:
@@ -81,26 +64,69 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
         hidden, weight, labels, log_normalizer = ctx.saved_tensors
         count, vocab = hidden.shape[0], weight.shape[0]
         rows, width = _tile_shape(count, vocab, ctx.budget)
-        compute_dtype = log_normalizer.dtype
-        buffer = torch.empty(rows * width, dtype=compute_dtype, device=hidden.device)
-        grad_hidden = torch.zeros(hidden.shape, dtype=compute_dtype, device=hidden.device)  # (N, H)
-        grad_weight = torch.zeros(weight.shape, dtype=compute_dtype, device=weight.device)  # (V, H)
-        grad_log_probs = grad_log_probs.to(compute_dtype)
+        tiles = _TileLogits(weight, rows, width, log_normalizer.dtype)
+        g = grad_log_probs.to(tiles.dtype)[:, None]  # (N, 1)
+        grad_hidden = torch.empty(hidden.shape, dtype=tiles.dtype, device=hidden.device)  # (N, H)
+        grad_weight = torch.empty(weight.shape, dtype=tiles.dtype, device=weight.device)  # (V, H)
         for start in range(0, count, rows):
-            block, y = slice(start, start + rows), labels[start:start + rows]
-            g = grad_log_probs[block, None]  # (r, 1)
+            block = slice(start, start + rows)
+            tiles.set_rows(hidden[block])
+            scaled_hidden = (-g[block] * hidden[block]).to(hidden.dtype)  # (r, H) −g ⊙ h
             for first in range(0, vocab, width):
                 tile = slice(first, first + width)
-                grad_logits = _block_logits(hidden[block], weight[tile], buffer)  # (r, w)
-                grad_logits.sub_(log_normalizer[block, None]).exp_().mul_(-g)  # −g · softmax
-                in_tile = (y >= first) & (y < first + grad_logits.shape[1])
-                if bool(in_tile.any()):  # + g · onehot(y)
-                    label_rows = in_tile.nonzero()[:, 0]
-                    grad_logits[label_rows, y[label_rows] - first] += g[label_rows, 0]
-                grad_logits = grad_logits.to(hidden.dtype)
-                grad_weight[tile].add_((grad_logits.t() @ hidden[block]).to(compute_dtype))
-                grad_hidden[block].add_((grad_logits @ weight[tile]).to(compute_dtype))
+                probs = tiles(weight[tile], log_normalizer[block]).exp_().to(hidden.dtype)  # (r, w) softmax
+                _matmul_into(grad_weight[tile], probs.t(), scaled_hidden, accumulate=start > 0)
+                _matmul_into(grad_hidden[block], probs, weight[tile], accumulate=first > 0)
+        del tiles, scaled_hidden  # before the one-hot part's (N, H) temporaries: a lower peak
+        # the one-hot part: ∂h = g ⊙ (W[y] − Σ P W), ∂W[y] += g ⊙ h (index_add_ sums repeated labels)
+        grad_hidden.neg_().add_(weight[labels]).mul_(g)
+        grad_weight.index_add_(0, labels, g * hidden)
         return grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype), None, None, None
+
+
+def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Tensor, want_entropy: bool):
+    """log Z = log Σ_v exp(z_v), log p(y) = z_y − log Z and, if asked, H = −Σ p log p (else None),
+    each (r,), for the rows set on `tiles`, one vocabulary slice at a time.
+
+    Sums are kept relative to a shift c, the first slice's max: exp(z − c) for later slices needs
+    no max. c moves up (rescaling the sums) only where Σ exp(z − c) passes 2^16, for precision,
+    or where a slice's exp would overflow, which redoes that slice.
+    """
+    vocab, width = weight.shape[0], tiles.width
+    label_logits = torch.empty(labels.shape[0], dtype=tiles.dtype, device=labels.device)  # (r,) z_y − c
+    shift = mass = spread = None  # c, Σ exp(z − c), Σ exp(z − c)(z − c)
+    for first, (rows, columns) in zip(range(0, vocab, width), _labels_by_tile(labels, vocab, width)):
+        head = weight[first:first + width]
+        z = tiles(head, shift)  # (r, w) z − c
+        label_logits[rows] = z[rows, columns]
+        if shift is None:  # the first slice: c = its max
+            shift = z.amax(dim=1)
+            z.sub_(shift[:, None])
+            label_logits.sub_(shift)
+            mass, spread = _exp_sums(z, want_entropy)
+            continue
+        tile_mass, tile_spread = _exp_sums(z, want_entropy)  # Σ exp(z − c), Σ exp(z − c)(z − c)
+        if not bool(torch.isfinite(mass + tile_mass).all()):  # a logit ~88 above c (float32)
+            z = tiles(head, shift)  # exp overwrote it: redo it relative to this slice's max
+            by = torch.maximum(z.amax(dim=1), mass.log())  # (r,)
+            z.sub_(by[:, None])
+            tile_mass, tile_spread = _exp_sums(z, want_entropy)
+            shift, mass, spread = _moved(shift, mass, spread, label_logits, by)
+        mass = mass + tile_mass
+        spread = spread + tile_spread if want_entropy else None
+        if bool((mass > 2**16).any()):
+            by = torch.where(mass > 2**16, mass.log(), 0)
+            shift, mass, spread = _moved(shift, mass, spread, label_logits, by)
+    log_mass = mass.log()
+    entropy = log_mass - spread / mass if want_entropy else None
+    return shift + log_mass, label_logits - log_mass, entropy
+
+
+def _moved(shift, mass, spread, label_logits, by):
+    """The running sums relative to c + by instead of c (by ≥ 0, (r,)); label_logits in place."""
+    scale = torch.exp(-by)  # Σ exp(z − c − by) = e^−by Σ exp(z − c), and likewise with the factor z − c − by
+    label_logits.sub_(by)
+    return shift + by, scale * mass, None if spread is None else scale * (spread - by * mass)
 
 
 # Rows per tile at most: all B · T positions of a usual batch at once, so the matmuls stay large.
@@ -113,12 +139,77 @@ def _tile_shape(count: int, vocab: int, budget: int) -> tuple[int, int]:
     return rows, max(1, min(vocab, budget // rows))
 
 
-def _block_logits(hidden: torch.Tensor, weight: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-    """hidden Wᵀ (r, H) x (w, H) → (r, w), written into the flat `buffer` (upcast from half precision)."""
-    out = buffer[: hidden.shape[0] * weight.shape[0]].view(hidden.shape[0], weight.shape[0])
-    if hidden.dtype == buffer.dtype:
-        return torch.mm(hidden, weight.t(), out=out)
-    return out.copy_(hidden @ weight.t())
+def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    return torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
+
+
+class _TileLogits:
+    """One tile of logits minus a per-row shift, h Wₜᵀ − c (r, w), in one reused buffer.
+
+    In float32 and float64 the shift rides in the matmul as one more inner dimension,
+    [h, −c] · [Wₜ, 1]ᵀ, so no pass over the tile subtracts it. Half-precision logits are rounded
+    like the model's own head (a half matmul), then upcast and shifted in float32.
+    """
+
+    def __init__(self, weight: torch.Tensor, rows: int, width: int, dtype: torch.dtype):
+        self.dtype, self.fused, self.width = dtype, weight.dtype == dtype, width
+        self.buffer = torch.empty(rows * width, dtype=dtype, device=weight.device)
+        if self.fused:
+            size = weight.shape[1] + 1
+            self.hidden_and_shift = torch.empty(rows, size, dtype=dtype, device=weight.device)  # [h, −c]
+            self.weight_and_one = torch.ones(width, size, dtype=dtype, device=weight.device)  # [Wₜ, 1]
+
+    def set_rows(self, hidden: torch.Tensor) -> None:
+        self.hidden = hidden  # (r, H)
+        if self.fused:
+            self.hidden_and_shift[: hidden.shape[0], :-1].copy_(hidden)
+
+    def __call__(self, weight: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+        return _block_logits(self, weight, shift)
+
+
+def _block_logits(tiles: _TileLogits, weight: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+    """h Wₜᵀ − shift for the rows set on `tiles`: (w, H), (r,) or None for 0 → (r, w)."""
+    rows, width = tiles.hidden.shape[0], weight.shape[0]
+    out = tiles.buffer[: rows * width].view(rows, width)
+    if not tiles.fused:
+        out.copy_(tiles.hidden @ weight.t())
+        return out if shift is None else out.sub_(shift[:, None])
+    hidden = tiles.hidden_and_shift[:rows]
+    if shift is None:
+        hidden[:, -1] = 0
+    else:
+        torch.neg(shift, out=hidden[:, -1])
+    tile = tiles.weight_and_one[:width]
+    tile[:, :-1].copy_(weight)
+    return torch.mm(hidden, tile.t(), out=out)
+
+
+def _exp_sums(z: torch.Tensor, want_entropy: bool):
+    """Σ exp(z) per row, and Σ exp(z) · z if `want_entropy` (else None); exp in place when it can."""
+    if not want_entropy:
+        return z.exp_().sum(dim=1), None
+    exp = torch.exp(z)
+    return exp.sum(dim=1), torch.bmm(exp[:, None, :], z[:, :, None])[:, 0, 0]
+
+
+def _labels_by_tile(labels: torch.Tensor, vocab: int, width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For each vocabulary slice of `width`, the rows whose label falls in it and its column there."""
+    order = labels.argsort()
+    firsts = torch.arange(0, vocab + width, width, device=labels.device).clamp_max(vocab)
+    bounds = torch.searchsorted(labels[order], firsts).tolist()
+    return [(order[a:b], labels[order[a:b]] - first) for first, a, b in zip(firsts.tolist(), bounds, bounds[1:])]
+
+
+def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate: bool) -> None:
+    """out (+)= a @ b, without a temporary when the dtypes agree."""
+    if a.dtype != out.dtype:
+        product = (a @ b).to(out.dtype)
+        out.add_(product) if accumulate else out.copy_(product)
+    elif accumulate:
+        out.addmm_(a, b)
+    else:
+        torch.mm(a, b, out=out)
 
 
 def _decoder_and_head(model):
@@ -150,6 +241,10 @@ def chunked_head_log_probs(
     """log π(labels | input_ids) (B, T), and the entropy (B, T) if asked, holding at most the logits
     of one (B, chunk_size, V) block at a time. `model` must be one of CHUNKABLE_MODEL_TYPES."""
     decoder, head = _decoder_and_head(model)
+    vocab = head.weight.shape[0]
+    if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < vocab:
+        raise ValueError(f"labels must lie in [0, {vocab}) (the head's vocabulary), got "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
     hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
     batch, positions = labels.shape
     budget = batch * chunk_size * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most

@@ -168,9 +168,10 @@ def _largest_logits_block(model, batch, chunk, monkeypatch):
     sizes = []
     block_logits = course.chunked_head._block_logits
 
-    def spy(hidden, weight, buffer):
-        sizes.append(hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
-        return block_logits(hidden, weight, buffer)
+    def spy(tiles, weight, shift):
+        sizes.append(tiles.hidden.shape[0] * weight.shape[0])  # (rows, vocabulary slice)
+        sizes.append(tiles.buffer.numel())  # the one buffer the tiles are written into
+        return block_logits(tiles, weight, shift)
 
     monkeypatch.setattr(course.chunked_head, "_block_logits", spy)
     hook = model.get_output_embeddings().register_forward_hook(
@@ -325,3 +326,101 @@ def test_chunked_tiles_of_few_rows_match_plain(make_model, batch, monkeypatch):
     torch.testing.assert_close(chunked["log_probs"], plain["log_probs"], rtol=0, atol=1e-12)
     torch.testing.assert_close(chunked["token_entropy"], plain["token_entropy"], rtol=0, atol=1e-12)
     assert relative_difference(chunked_grads, plain_grads) < 1e-10
+
+
+# ----------------------------------------------------------------------------- the chunked head itself
+
+
+def _head_inputs(dtype, count=12, hidden=8, vocab=23, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    h = torch.randn(count, hidden, generator=gen, dtype=torch.float64)
+    w = torch.randn(vocab, hidden, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, vocab, (count,), generator=gen)
+    labels[:4] = torch.tensor([0, vocab - 1, 4, 5])  # first and last token; 4, 5 straddle width-5 tiles
+    g = torch.randn(count, generator=gen, dtype=torch.float64)
+    return h.to(dtype), w.to(dtype), labels, g.to(dtype)
+
+
+def _naive_head(h, w, labels, g):
+    """log softmax(h Wᵀ)[y], entropy, and the gradients of Σ g · log p: the whole (N, V) logits."""
+    h, w = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    log_softmax = torch.log_softmax(h @ w.t(), dim=-1)  # (N, V)
+    log_probs = log_softmax.gather(-1, labels[:, None])[:, 0]
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    (log_probs * g.double()).sum().backward()
+    return log_probs.detach(), entropy.detach(), h.grad, w.grad
+
+
+def _chunked_head(h, w, labels, g, budget, want_entropy=True):
+    from course.chunked_head import _ChunkedHeadLogProb
+
+    h, w = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    log_probs, entropy = _ChunkedHeadLogProb.apply(h, w, labels, budget, want_entropy)
+    (log_probs * g.to(log_probs.dtype)).sum().backward()
+    return log_probs.detach(), entropy, h.grad, w.grad
+
+
+# budgets: one logit a tile; 5 rows x 1; all 12 rows x 5 (tiles of V = 23 end on 5, 10, 15, 20, 23);
+# 12 x 23 (one tile); more than all logits
+@pytest.mark.parametrize("budget", [1, 5, 60, 12 * 23, 10**6])
+def test_chunked_head_equals_naive_float64_at_every_tiling(budget):
+    h, w, labels, g = _head_inputs(torch.float64)
+    expected = _naive_head(h, w, labels, g)
+    got = _chunked_head(h, w, labels, g, budget)
+    for name, a, b in zip(["log p", "entropy", "∂h", "∂W"], got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("budget", [5, 64 * 100])  # 1000 slices of width 1; 10 of width 100
+def test_chunked_head_float32_is_close_to_float64(budget):
+    h, w, labels, g = _head_inputs(torch.float32, count=64, hidden=32, vocab=1000)  # logits ~ N(0, 32)
+    truth = _naive_head(h, w, labels, g)
+    got = _chunked_head(h, w, labels, g, budget)
+    assert all(t.dtype == torch.float32 for t in got)
+    # |log p| up to 34, where one float32 step is 4e-6; the entropy sums up to 1000 slices in float32
+    torch.testing.assert_close(got[0].double(), truth[0], rtol=0, atol=2e-5)
+    torch.testing.assert_close(got[1].double(), truth[1], rtol=0, atol=1e-4)
+    assert relative_difference(got[2:], truth[2:]) < 1e-5
+    # a head that forgets the one-hot term (∂W[y] += g h) or the cotangent is off by O(1)
+    assert (truth[3] - _naive_head(h, w, labels, torch.ones_like(g))[3]).norm() > truth[3].norm() / 2
+
+
+def test_chunked_head_survives_a_logit_far_above_the_first_tile():
+    # exp(z − c) overflows float32 beyond 88: the last tile holds a logit ~300 above the first
+    # tile's max, which moves the shift; then tiles below it again add almost nothing
+    h, w, labels, g = _head_inputs(torch.float32)
+    w[-1] = 40 * h[0] / h[0].norm()  # z[0, V − 1] = 40 |h_0| ≈ 100, in the last tile of width 5
+    w[-3] = 120 * h[0] / h[0].norm()
+    labels[0] = 22
+    truth = _naive_head(h, w, labels, g)
+    for want_entropy in (False, True):
+        got = _chunked_head(h, w, labels, g, budget=60, want_entropy=want_entropy)
+        assert all(torch.isfinite(t).all() for t in got if t is not None)
+        torch.testing.assert_close(got[0].double(), truth[0], rtol=0, atol=1e-4)
+        if want_entropy:
+            torch.testing.assert_close(got[1].double(), truth[1], rtol=0, atol=1e-4)
+        torch.testing.assert_close(got[2].double(), truth[2], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[3].double(), truth[3], rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_head_in_bfloat16_computes_in_float32():
+    # bf16 logits (rounded like the model's own bf16 head), softmax and gradients accumulated in float32
+    h, w, labels, g = _head_inputs(torch.bfloat16, count=64, hidden=32, vocab=1000)
+    truth = _naive_head(h, w, labels, g)  # the same bf16 numbers, in float64
+    got = _chunked_head(h, w, labels, g, budget=60)
+    assert got[0].dtype == got[1].dtype == torch.float32 and got[2].dtype == got[3].dtype == torch.bfloat16
+    # bf16 logits are off by up to 2^-8 |z| ≈ 0.03 here; the log-probs by as much, not by O(1)
+    torch.testing.assert_close(got[0].double(), truth[0], rtol=0, atol=0.1)
+    torch.testing.assert_close(got[1].double(), truth[1], rtol=0, atol=0.1)
+    assert relative_difference(got[2:], truth[2:]) < 2e-2
+
+
+def test_chunked_scoring_refuses_labels_outside_the_vocabulary(make_model, batch):
+    model = make_model(torch.float64)
+    labels = batch["labels"].clone()
+    labels[0, 0] = model.config.vocab_size  # one past the last token
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 103\)"):
+        get_response_log_probs(model, batch["input_ids"], labels, logits_chunk_size=4)
+    labels[0, 0] = -100  # the ignore index of cross-entropy: not a token
+    with pytest.raises(ValueError, match="labels"):
+        get_response_log_probs(model, batch["input_ids"], labels, logits_chunk_size=4)
