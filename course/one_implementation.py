@@ -1,15 +1,17 @@
 """One implementation: the solution cells of solutions/ are the `course` functions, text for text.
 
-    python -m course.one_implementation            # list the graded functions that differ
-    python -m course.one_implementation --write [NAME ...]   # rewrite those (or NAME's) cells from course
+    python -m course.one_implementation            # list what differs (functions, given cells)
+    python -m course.one_implementation --write [NAME ...]   # rewrite them from course
 
 A graded function's solution cell holds its `course` source with nbgrader's `### BEGIN SOLUTION`
 after the docstring and `### END SOLUTION` at the end, so the release keeps the signature and the
-docstring and stubs the body. A course helper that the function calls (a module-level function of
-its own module, e.g. `losses.clipped_surrogate`) must be defined in the notebook too: `--write`
-adds the missing ones in one locked cell before the first solution cell that needs them. Then run
+docstring and stubs the body. What the function calls from its own module (helpers such as
+`losses.clipped_surrogate`, classes, constants, and what those call in turn) is in the notebook
+too, as the course's own source, with the imports of the names they take from other modules: a
+locked "given" code cell before the "your turn" text, after a markdown cell that explains it
+(written once with a stub, then kept). `--write` regenerates every given cell. Then run
 `python -m course.release` to regenerate notebooks/. tests/test_one_implementation.py fails on
-any difference in code, docstrings or comments (layout is free).
+any difference in code, docstrings or comments (layout is free) and on a stale given cell.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def get_response_log_probs(
     return_token_entropy: bool = False,
     logits_chunk_size: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Per-token log π(labels | input_ids) from a causal LM, optionally chunking its head.
+    """Per-token log π(labels | input_ids) of a causal LM, optionally chunking its head.
 
     Args:
         model: a Hugging Face causal LM (`model(input_ids).logits` is (B, T, V)).
@@ -70,7 +70,7 @@ def get_response_log_probs(
     if chunk is None:
         chunk = getattr(getattr(model, "config", None), "grpo_logits_chunk_size", 0)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-        raise ValueError(f"logits_chunk_size must be an int >= 0 or None, got {chunk!r}")
+        raise ValueError(f"logits_chunk_size must be an int >= 0 or None: {chunk!r}")
     if chunk > 0:  # the output head tile by tile, never the whole (B, T, V) logits
         log_probs, entropy = chunked_head_log_probs(
             model, input_ids, labels, chunk, return_token_entropy
