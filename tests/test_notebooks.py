@@ -35,7 +35,7 @@ import pytest
 from nbclient import NotebookClient
 
 import course
-from course.mistakes import TAG, stale_notebooks, write_sections
+from course.mistakes import CHECKS_DIR, TAG, stale_notebooks, write_sections
 from course.release import ASSIGNMENT, nbgrader_environment, stale_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -200,7 +200,7 @@ def test_common_mistakes_cells_are_current():
 def test_common_mistakes_follow_the_checks(tmp_path):
     """A mistake added to a check shows up, after the one command, in its stage's notebook only."""
     checks = tmp_path / "checks"
-    shutil.copytree(REPO_ROOT / "autograder" / "checks", checks)
+    shutil.copytree(CHECKS_DIR, checks)
     with (checks / "aggregation.py").open("a") as module:
         module.write('''
 
