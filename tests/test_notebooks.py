@@ -5,7 +5,8 @@
 - every notebooks/ notebook runs up to its first student cell;
 - notebooks/ is byte for byte what `python -m course.release` makes from solutions/;
 - nbgrader (generate_assignment, autograde with the sqlite gradebook) gives the solutions full marks
-  and the blank release zero; `pytest autograder --submission solutions` gives full marks;
+  and the blank release zero; `pytest autograder --submission solutions` grades every function
+  and finds each a pasted copy of the reference (solutions/ is `course`, text for text);
 - the notebooks' nbgrader metadata is what nbgrader and the autograder rely on;
 - every notebook teaches the same way: a predict-then-run question, a common-mistakes cell that is
   what `course.mistakes` writes from the autograder's checks, a recap, arXiv references, code lines
@@ -35,7 +36,7 @@ import pytest
 from nbclient import NotebookClient
 
 import course
-from course.mistakes import TAG, stale_notebooks, write_sections
+from course.mistakes import CHECKS_DIR, TAG, stale_notebooks, write_sections
 from course.release import ASSIGNMENT, nbgrader_environment, stale_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -200,7 +201,7 @@ def test_common_mistakes_cells_are_current():
 def test_common_mistakes_follow_the_checks(tmp_path):
     """A mistake added to a check shows up, after the one command, in its stage's notebook only."""
     checks = tmp_path / "checks"
-    shutil.copytree(REPO_ROOT / "autograder" / "checks", checks)
+    shutil.copytree(CHECKS_DIR, checks)
     with (checks / "aggregation.py").open("a") as module:
         module.write('''
 
@@ -381,7 +382,10 @@ def test_nbgrader_gives_the_blank_release_zero(autograded_course):
 
 
 @pytest.mark.slow
-def test_autograder_gives_the_solutions_full_marks(kernel_environment, tmp_path):
+def test_autograder_finds_the_solutions_are_the_reference(kernel_environment, tmp_path):
+    """solutions/ holds the course's own functions (tests/test_one_implementation.py), so the
+    copy detector must flag every one of them: a leaked solution notebook earns nothing. That
+    they are right is shown by nbgrader's full marks above and by grading `course` itself."""
     results = tmp_path / "results.json"
     command = [sys.executable, "-m", "pytest", "autograder", "--submission", str(SOLUTIONS),
                "--results", str(results), "-p", "no:cacheprovider", "-q"]
@@ -391,6 +395,9 @@ def test_autograder_gives_the_solutions_full_marks(kernel_environment, tmp_path)
     maximum = sum(test["max_score"] for test in report["tests"])
     lost = [f"{t['name']}: {t['score']}/{t['max_score']} {t.get('output', '')[:200]}"
             for t in report["tests"] if t["score"] != t["max_score"]]
-    assert maximum > 0 and report["score"] == pytest.approx(maximum), "\n".join(lost)
+    other = [line for line in lost if "is a copy of the reference" not in line]
+    assert maximum > 0 and other == [], "\n".join(other)
+    copied = {t["name"].split(":")[0] for t in report["tests"] if t["score"] == 0}
+    assert copied == set(course.GRADED_FUNCTIONS), set(course.GRADED_FUNCTIONS) - copied
     graded = {t["name"].split(":")[0] for t in report["tests"]}
     assert set(course.GRADED_FUNCTIONS) <= graded, set(course.GRADED_FUNCTIONS) - graded

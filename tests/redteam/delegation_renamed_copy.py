@@ -4,38 +4,24 @@
 # says: copy of the reference
 import torch
 
-_ENTROPY_BLOCK_BYTES = 16 * 2**20
 
+def compute_entropy(scores: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy (nats) of softmax(logits): (..., V) -> (...).
 
-def _upcast(logits: torch.Tensor) -> torch.Tensor:
-    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-
-
-def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last axis.
-
-    Args:
-        logits: (..., V) unnormalized scores; half precision is computed in float32.
-
-    Returns:
-        (...) entropies in nats, in float32 for half-precision input, else in the input dtype.
+    H = logsumexp(z) - sum_v softmax(z)_v z_v, stable for large logits.
+    Half precision is computed in float32; float32/float64 keep their dtype.
     """
-    if logits.ndim < 1 or logits.shape[-1] == 0:
-        raise ValueError(f"scores must have a non-empty last (vocabulary) axis, got shape {tuple(logits.shape)}")
-    logits = _upcast(logits)
-    lse = torch.logsumexp(logits, dim=-1)  # (...)
-    p = torch.softmax(logits, dim=-1)  # (..., V)
-    # a −inf logit (a masked-out token) has p = 0 and contributes 0, not 0 · (−inf) = NaN
-    mean_logit = torch.where(p > 0, p * logits, torch.zeros_like(p)).sum(dim=-1)
-    return lse - mean_logit
-
-
-def _entropy_without_grad(logits: torch.Tensor) -> torch.Tensor:
-    """compute_entropy over (B, T, V) in blocks of positions, with no autograd graph."""
-    batch, positions, vocab = logits.shape
-    bytes_per_position = max(1, batch * vocab * 4)
-    block = max(1, _ENTROPY_BLOCK_BYTES // bytes_per_position)
-    with torch.no_grad():
-        return torch.cat(
-            [compute_entropy(logits[:, s : s + block]) for s in range(0, positions, block)], dim=1
+    if scores.ndim == 0 or scores.shape[-1] == 0:
+        raise ValueError(
+            "scores must have a non-empty vocabulary axis, got shape "
+            f"{tuple(scores.shape)}"
         )
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    # H is shift-invariant; subtracting the max keeps both terms small, so their
+    # difference keeps float32's digits (1000.4076 - 999.5752 would lose four of them)
+    scores = scores - scores.amax(dim=-1, keepdim=True).detach()  # (..., V)
+    p = torch.softmax(scores, dim=-1)  # (..., V)
+    # a logit of -inf has probability 0 and contributes 0, not 0 * -inf = nan
+    mean_score = torch.where(p > 0, p * scores, 0.0).sum(dim=-1)  # (...)
+    return torch.logsumexp(scores, dim=-1) - mean_score

@@ -212,8 +212,8 @@ def chunked_memory(ctx) -> None:
     if peaks[32] > 0.25 * max(peaks[0], logits_bytes):
         raise Fail(f"with logits_chunk_size=32 the peak extra memory is {peaks[32] / 2**20:.0f} MiB, "
                    f"against {peaks[0] / 2**20:.0f} MiB unchunked ({logits_bytes / 2**20:.0f} MiB of logits): "
-                   "run the output head chunk by chunk inside torch.utils.checkpoint so that backward "
-                   "recomputes each chunk instead of keeping all of them")
+                   "run the output head chunk by chunk and let backward recompute each chunk's logits "
+                   "(course.chunked_head) instead of keeping all of them")
 
 
 def _decoder_saved_bytes(inputs: dict) -> int:
@@ -248,5 +248,5 @@ def chunked_saved_bytes(ctx) -> None:
         raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
                    f"more than the decoder's activations plus about one chunk of logits "
                    f"({allowed / 2**20:.2f} MiB; all the logits are {batch * positions * vocab * 4 / 2**20:.0f} MiB): "
-                   "recompute each chunk's logits in backward (torch.utils.checkpoint around the head and "
+                   "recompute each chunk's logits in backward (a custom autograd.Function, or checkpointing the head and "
                    "normalizer of a chunk, or a custom autograd.Function) instead of keeping them")
