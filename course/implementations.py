@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def _execute(unit: dict, problems: list[str]) -> dict:
     """Run a notebook's kept statements in a fresh module namespace; a failing one is reported."""
     module = types.ModuleType(f"notebook_{Path(unit['name']).stem}")
     module.__file__ = unit["name"]
+    sys.modules[module.__name__] = module  # dataclasses look their module up there
     for label, source in unit["statements"]:
         try:
             exec(compile(source, label, "exec"), module.__dict__)

@@ -27,7 +27,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("1_tokenization", "Tokenization", "01_tokenization.ipynb", "course.tokenization",
           {"tokenize_prompt_and_output": 6}),
     Stage("2_scoring", "Log-probabilities and entropy", "02_log_probs.ipynb", "course.scoring",
-          {"compute_entropy": 4, "get_response_log_probs": 8}, ("course.chunked_head",)),
+          {"compute_entropy": 4, "get_response_log_probs": 8}),
     Stage("3_advantages", "Rewards and group-normalized advantages",
           "03_rewards_and_advantages.ipynb", "course.advantages",
           {"compute_rollout_rewards": 3, "compute_group_normalized_rewards": 7}),
