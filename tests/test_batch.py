@@ -97,8 +97,10 @@ def test_an_interrupted_run_resumes_and_regrade_grades_again(tmp_path):
     grades = tmp_path / "grades.csv"
     command = [sys.executable, "-m", "autograder.batch", str(klass), "--jobs", "1", "--csv",
                str(grades), *FAST]
+    # a shell's background job ignores SIGINT and its children inherit that: restore Ctrl-C
     run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while not _stored(grades) and time.monotonic() < deadline and run.poll() is None:
         time.sleep(0.2)
