@@ -45,7 +45,7 @@ STORED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("stored_only"
 def require_reference(what: str) -> None:
     """Raise NeedsReference in a stored-only grading; `what` says what needed the reference."""
     if STORED_ONLY.get():
-        raise NeedsReference(f"{what} needs the reference, which a stored-only practice grade does "
+        raise NeedsReference(f"this check needs {what}, which a stored-only practice grade does "
                              "not use: the official grade judges it")
 
 
