@@ -329,7 +329,8 @@ class Grader:
     def write_results(self, path: str | Path) -> None:
         """Gradescope's results.json, escaped and written safely (`autograder.trusted.results`)."""
         score, _ = self.totals()
-        notes = [self.isolation_note, self.seed_note] + self.load_errors[:10]
+        seed = self.seed_note if self.stored_only else f"fresh-input seed {self.seed}"
+        notes = [self.isolation_note, seed] + self.load_errors[:10]
         if len(self.load_errors) > 10:
             notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
