@@ -251,3 +251,39 @@ def test_reveal_reads_numbers_keys_all_and_none():
     assert parse_reveal("1_tokenization, 2") == REVEALED
     assert parse_reveal("all") == tuple(STAGE_NAMED)
     assert parse_reveal("none") == parse_reveal("") == ()
+
+
+@pytest.mark.slow
+def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
+    """The same checks on stored cases only (in-process, for speed: the judging is the same): each
+    mutant of tests/test_autograder.py loses its check's points and is named, or its check is one
+    a stored-only grading skips. The train step's mutants are graded once each (slow in-process):
+    two, whose diagnoses need the stored per-row gradients."""
+    import runpy
+
+    from autograder.trusted import checks  # noqa: F401  (registers the checks)
+    from autograder.trusted.core import CHECKS
+    from autograder.trusted.grader import Grader
+
+    sys.path[:0] = [str(REPO_ROOT / "tests"), str(REPO_ROOT / "tests" / "autograder_cases")]
+    try:
+        from test_autograder import MUTANTS
+
+        skipped = []
+        for bug, (function, words, diagnosis) in MUTANTS.items():
+            if function == "grpo_train_step" and bug not in ("per_microbatch_token_norm",
+                                                             "zero_advantage_rows_skipped"):
+                continue
+            namespace = runpy.run_path(str(REPO_ROOT / "tests" / "autograder_cases" / f"mutant_{bug}.py"))
+            grader = Grader(None, namespace=namespace, stored_only=True, seed=5)
+            target = [grader.run_check(c) for c in CHECKS if c.function == function and words in c.name]
+            assert target, bug
+            for result in target:
+                if result["status"] == "skipped":
+                    assert "official grade" in result["output"], (bug, result["output"])
+                    skipped.append(bug)
+                else:
+                    assert result["status"] == "failed" and diagnosis in result["output"], (bug, result)
+        assert skipped == ["half_log_softmax"]  # judged by the official grade only
+    finally:
+        del sys.path[:2]

@@ -119,6 +119,9 @@ class Case:
     make: Callable[[int], dict]
     expected: Callable[[dict], object]
     seeds: tuple = (0, 1)
+    # values stored beside a stored case's answer for the diagnoses of mistakes only (a fresh case
+    # computes them when a mistake is looked for; a stored-only grading cannot)
+    diagnostics: Callable[[dict], dict] | None = None
 
 
 @dataclass
@@ -144,9 +147,9 @@ def check(function: str, title: str, points: float = 1, needs_cuda: bool = False
     return register
 
 
-def case(name: str, expected: Callable, seeds: tuple = (0, 1)):
+def case(name: str, expected: Callable, seeds: tuple = (0, 1), diagnostics: Callable | None = None):
     def register(make):
-        CASES[name] = Case(name, make, expected, seeds)
+        CASES[name] = Case(name, make, expected, seeds, diagnostics)
         return make
     return register
 

@@ -55,6 +55,7 @@ class CaseRun:
     inputs: dict
     expected: object
     fresh: bool
+    diagnostics: dict | None = None  # stored cases only (`core.Case.diagnostics`)
 
 
 def load_fixtures(path: Path = FIXTURES) -> dict:
@@ -410,9 +411,8 @@ class Context:
                               and stored.get("fingerprint") != core.fingerprint(spec)):
             raise RuntimeError(f"the stored case {name!r} is missing or its definition changed: "
                                "run `python -m autograder.fixtures`")
-        runs = [CaseRun(f"case {number}", stored["seeds"][str(seed)]["inputs"],
-                        stored["seeds"][str(seed)]["expected"], False)
-                for number, seed in enumerate(spec.seeds, start=1)]
+        runs = [CaseRun(f"case {number}", entry["inputs"], entry["expected"], False, entry.get("diagnostics"))
+                for number, entry in enumerate((stored["seeds"][str(seed)] for seed in spec.seeds), start=1)]
         if self.grader.stored_only:
             return runs
         with core.one_thread():

@@ -104,7 +104,14 @@ def _expected_steps(inputs: dict) -> dict:
     return expected
 
 
-@case(f"{FN}/rollouts", expected=_expected_steps)
+def _row_diagnostics(inputs: dict) -> dict:
+    """The per-row gradients (float32: 1e-7 relative, far inside UPDATE) of the modes without
+    importance weights, for the normalization mistakes of a stored-only grading."""
+    gradients, tokens, advantages = row_gradients(mode_kwargs(inputs, "sequence"))
+    return {"gradients": gradients.float(), "tokens": tokens, "advantages": advantages}
+
+
+@case(f"{FN}/rollouts", expected=_expected_steps, diagnostics=_row_diagnostics)
 def make_rollouts(seed: int) -> dict:
     return _rollouts(seed)
 
@@ -136,14 +143,19 @@ def _split(batch: int, steps: int) -> list:
     return [list(range(s, min(s + size, batch))) for s in range(0, batch, size)]
 
 
-def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.Tensor) -> list:
+def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.Tensor,
+                           stored: dict | None = None) -> list:
     """The updates the known normalization mistakes give with `steps` micro-batches (`expected`:
-    the right update)."""
+    the right update; `stored`: a stored case's per-row gradients, for modes without importance
+    weights)."""
     cache = {}
 
     def rows():
         if not cache:
-            cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
+            if stored is not None and kwargs.get("importance_reweighting_method", "none") == "none":
+                cache.update(g=stored["gradients"].double(), n=stored["tokens"], a=stored["advantages"])
+            else:
+                cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
         return cache["g"], cache["n"], cache["a"]
 
     def local_token(divide_by_steps: bool):
@@ -203,7 +215,8 @@ def full_batch(ctx) -> None:
             kwargs = mode_kwargs(run.inputs, mode)
             _compare_update(_delta(result, f"{mode} mode"), run.expected[mode]["delta"],
                             f"the {mode}-mode update",
-                            normalization_mistakes(kwargs, 1, mode, run.expected[mode]["delta"]))
+                            normalization_mistakes(kwargs, 1, mode, run.expected[mode]["delta"],
+                                                   run.diagnostics))
     judge_cases(ctx, f"{FN}/rollouts", judge)
 
 
@@ -220,7 +233,7 @@ def micro_batching(ctx) -> None:
             _compare_update(_delta(result, what), run.expected[mode]["delta"],
                             f"the update with {what} (ragged response lengths)",
                             normalization_mistakes(mode_kwargs(run.inputs, mode), steps, mode,
-                                                   run.expected[mode]["delta"]))
+                                                   run.expected[mode]["delta"], run.diagnostics))
     judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
