@@ -133,7 +133,8 @@ def _student_edition(parser: argparse.ArgumentParser, args) -> int:
     except ValueError as error:
         parser.error(f"--student-edition: {error}")
     try:
-        written = build_edition(args.student_edition, args.reveal, args.force, args.solutions)
+        revealed = args.reveal or ()
+        written = build_edition(args.student_edition, revealed, args.force, args.solutions)
     except EditedNotebooks as refused:
         print(f"error: {refused}", file=sys.stderr)
         return 1
@@ -143,7 +144,7 @@ def _student_edition(parser: argparse.ArgumentParser, args) -> int:
     for path in written:
         print(f"wrote {path}")
     print(f"wrote the student edition in {args.student_edition} (references revealed: "
-          f"{', '.join(args.reveal) or 'none'}); students run `pip install -e .` there")
+          f"{', '.join(revealed) or 'none'}); students run `pip install -e .` there")
     return 0
 
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--student-edition", type=Path, metavar="DIR",
                         help="write the student edition into DIR (nothing else): notebooks, support "
                              "code, a stored-only autograder, the reference of --reveal stages only")
-    parser.add_argument("--reveal", type=_stages, default=(), metavar="STAGES",
+    parser.add_argument("--reveal", type=_stages, metavar="STAGES",
                         help="with --student-edition: the stages whose reference it holds, as "
                              "numbers or keys separated by commas (1,2 or 1_tokenization), 'all' "
                              "or 'none' (the default)")
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.html is not None or args.check:
             parser.error("--student-edition goes without --html and --check")
         return _student_edition(parser, args)
-    if "--reveal" in (argv if argv is not None else sys.argv[1:]):
+    if args.reveal is not None:
         parser.error("--reveal goes with --student-edition")
 
     if args.html is not None:

@@ -226,6 +226,7 @@ def test_a_rebuild_never_overwrites_an_edited_notebook(edition, tmp_path, capsys
     (["--student-edition", "DIR", "--reveal", "x"], "--reveal"),
     (["--student-edition", "DIR", "--reveal", "1,,7"], "--reveal"),
     (["--reveal", "1"], "--reveal"),
+    (["--reveal=all"], "--reveal"),
     (["--student-edition", "FILE"], "--student-edition"),
     (["--student-edition", "FULL"], "--student-edition"),
     (["--student-edition", "DIR", "--html", "out"], "--student-edition"),
