@@ -211,6 +211,8 @@ then its functions raise `StageNotRevealed`, naming the notebook to write it in.
 |---|---|---|---|
 {rows}
 
+Then `notebooks/07_end_to_end.ipynb` trains the whole pipeline (nothing in it is graded).
+
 ## Check your work
 
     pytest autograder                                   # all notebooks in notebooks/
