@@ -5,6 +5,7 @@ grade), where blank notebooks score 0 and the reference scores full marks of wha
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -43,8 +44,10 @@ def installed(edition, tmp_path_factory) -> Path:
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "course_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # this environment's setuptools builds it where there is one (Python >= 3.12 venvs have none)
+    offline = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-build-isolation", "-e", str(edition)], check=True, capture_output=True)
+                    *offline, "-e", str(edition)], check=True, capture_output=True)
     return python
 
 
