@@ -291,3 +291,21 @@ def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
         assert skipped == ["half_log_softmax"]  # judged by the official grade only
     finally:
         del sys.path[:2]
+
+
+def test_a_stored_only_grading_never_reaches_the_reference():
+    import torch
+
+    from autograder.trusted.checks.common import reference_function, run_reference
+    from autograder.trusted.core import STORED_ONLY, NeedsReference
+
+    logits = {"logits": torch.zeros(1, 2)}
+    token = STORED_ONLY.set(True)
+    try:
+        with pytest.raises(NeedsReference, match="official grade"):
+            run_reference("compute_entropy", logits)
+        with pytest.raises(NeedsReference):
+            reference_function("tokenize_prompt_and_output")
+    finally:
+        STORED_ONLY.reset(token)
+    assert run_reference("compute_entropy", logits).shape == (1,)  # the official grading computes it
