@@ -1,11 +1,13 @@
 """`pytest autograder`: options, the session's grader, results.json, and the score table.
 
     pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto]
-                      [--official] [--time-limit SECONDS] [-k NAME]
+                      [--official | --stored-only] [--time-limit SECONDS] [-k NAME]
 
 The submission runs in a bubblewrap sandbox (`autograder.trusted.isolation`). Where none can start, the
 grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
 then (exit code 4, pytest's usage error), as it does for a --submission that does not exist.
+In the student edition (and with --stored-only) the checks judge from stored cases only, without
+the reference: a PRACTICE grade too, and `--official` is a usage error there.
 Each check is one pytest test (`autograder/test_checks.py`); a check that loses points is a failed
 test, so the reference (`--submission course`) exits 0 and anything short of full marks exits 1.
 """
@@ -33,6 +35,9 @@ def pytest_addoption(parser) -> None:
                     help="an official grade: refuse to grade unless the sandbox isolates the submission")
     group.addoption("--time-limit", type=float, default=None,
                     help="seconds the whole grading may take (default: 1200)")
+    group.addoption("--stored-only", action="store_true",
+                    help="judge from the stored cases alone, without the reference (a practice "
+                         "grade; always so in the student edition)")
     group.addoption("--allow-reference", action="store_true",
                     help="let copies of the reference earn points: for an instructor checking the "
                          "solution notebooks (which hold the reference), never for a student's grade")
@@ -41,10 +46,15 @@ def pytest_addoption(parser) -> None:
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
     from autograder.api import submission_problem
+    from autograder.trusted.grader import EDITION, OFFICIAL_ELSEWHERE
     from autograder.trusted.isolation import sandbox_problem
 
     problem = submission_problem(config.getoption("--submission"))
-    if problem is None and config.getoption("--official") and sandbox_problem(ROOT):
+    official = config.getoption("--official")
+    if problem is None and official and (EDITION.exists() or config.getoption("--stored-only")):
+        problem = ("--official: this autograder grades from stored cases only (a practice grade); "
+                   + OFFICIAL_ELSEWHERE)
+    if problem is None and official and sandbox_problem(ROOT):
         problem = f"--official: refusing to grade without isolation: {sandbox_problem(ROOT)}"
     if problem:
         results = config.getoption("--results")
@@ -67,7 +77,8 @@ class Session:
             config.getoption("--probe-timeout"), config.getoption("--memory-mb"),
             config.getoption("--seed"), official=config.getoption("--official"),
             time_limit=config.getoption("--time-limit"),
-            allow_reference=config.getoption("--allow-reference"))
+            allow_reference=config.getoption("--allow-reference"),
+            stored_only=config.getoption("--stored-only") or None)
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written
@@ -127,4 +138,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     write("")
     for line in stage_table(grader.results):
         write(line)
-    write(f"(fresh inputs drawn with --seed {grader.seed})")
+    write(f"({grader.seed_note})")

@@ -21,6 +21,10 @@ class Stage:
     functions: dict[str, int]  # graded function -> points, in the notebook's order
     # support modules that hold part of this stage's reference (the autograder stubs them with it)
     helper_modules: tuple[str, ...] = ()
+    # helpers of `module` that a later stage is given whole (notebook 06 calls
+    # `calculate_loss_and_backward`): a student edition keeps them where the stage is not revealed,
+    # and they call the learner's own graded functions (`course.implementations.stand_in_for_stubs`)
+    given: tuple[str, ...] = ()
 
 
 REGISTRY: tuple[Stage, ...] = (
@@ -35,7 +39,8 @@ REGISTRY: tuple[Stage, ...] = (
           {"compute_policy_gradient_loss": 10, "estimate_kl": 3, "compute_grpo_loss": 5,
            "truncated_importance_weights": 3}),
     Stage("5_aggregation", "Loss normalization", "05_loss_normalization.ipynb",
-          "course.aggregation", {"aggregate_loss_across_microbatch": 6}),
+          "course.aggregation", {"aggregate_loss_across_microbatch": 6},
+          given=("calculate_loss_and_backward",)),
     Stage("6_train_step", "The GRPO train step", "06_train_step.ipynb", "course.train_step",
           {"grpo_train_step": 12}),
 )

@@ -4,6 +4,8 @@
     python -m course.release --force      # ... even over notebooks edited since the last release
     python -m course.release --check      # exit 1 if either is out of date; write nothing
     python -m course.release --html OUT   # executed HTML pages that read offline (course.html_export)
+    python -m course.release --student-edition DIR [--reveal 1,2]   # a folder for students
+                                          # (course.edition): the reference of revealed stages only
 
 First it rewrites the "Common mistakes" cell of every solution notebook from the autograder's
 checks (`course.mistakes`), so one command brings both up to date after the checks change.
@@ -114,6 +116,38 @@ def stale_files(solutions_dir: Path, notebooks_dir: Path) -> list[str]:
     return sorted(name for name in fresh.keys() | current.keys() if fresh.get(name) != current.get(name))
 
 
+def _stages(text: str) -> tuple[str, ...]:
+    from course.edition import parse_reveal
+
+    try:
+        return parse_reveal(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _student_edition(parser: argparse.ArgumentParser, args) -> int:
+    from course.edition import build_edition, check_target
+
+    try:
+        check_target(args.student_edition)
+    except ValueError as error:
+        parser.error(f"--student-edition: {error}")
+    try:
+        revealed = args.reveal or ()
+        written = build_edition(args.student_edition, revealed, args.force, args.solutions)
+    except EditedNotebooks as refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # stale stored cases
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    print(f"wrote the student edition in {args.student_edition} (references revealed: "
+          f"{', '.join(revealed) or 'none'}); students run `pip install -e .` there")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
@@ -122,12 +156,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--html", type=Path, metavar="OUT",
                         help="write executed HTML pages that read offline into OUT (nothing else)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="with --html: these notebooks only")
+    parser.add_argument("--student-edition", type=Path, metavar="DIR",
+                        help="write the student edition into DIR (nothing else): notebooks, support "
+                             "code, a stored-only autograder, the reference of --reveal stages only")
+    parser.add_argument("--reveal", type=_stages, metavar="STAGES",
+                        help="with --student-edition: the stages whose reference it holds, as "
+                             "numbers or keys separated by commas (1,2 or 1_tokenization), 'all' "
+                             "or 'none' (the default)")
     parser.add_argument("--force", action="store_true",
                         help="overwrite notebooks edited since the last release (with --html: "
                              "existing pages)")
     args = parser.parse_args(argv)
     if args.only and args.html is None:
         parser.error("--only goes with --html")
+    if args.student_edition is not None:
+        if args.html is not None or args.check:
+            parser.error("--student-edition goes without --html and --check")
+        return _student_edition(parser, args)
+    if args.reveal is not None:
+        parser.error("--reveal goes with --student-edition")
 
     if args.html is not None:
         from course.html_export import export_all  # nbconvert and latex2mathml only when asked

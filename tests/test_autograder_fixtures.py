@@ -60,6 +60,10 @@ def test_stored_answers_are_the_reference_on_the_stored_inputs(stored):
     for name, spec in CASES.items():
         for seed, entry in stored[name]["seeds"].items():
             _assert_close(entry["expected"], spec.expected(entry["inputs"]), f"{name}[{seed}]", ANSWERS)
+            assert ("diagnostics" in entry) == (spec.diagnostics is not None), f"{name}[{seed}]"
+            if spec.diagnostics is not None:  # what a stored-only grading diagnoses mistakes with
+                _assert_close(entry["diagnostics"], spec.diagnostics(entry["inputs"]),
+                              f"{name}[{seed}] diagnostics", ANSWERS)
 
 
 def test_the_fingerprint_ignores_float_bits_but_not_layout():

@@ -16,6 +16,7 @@ by the arithmetic that produces the value, and a stored case is stale only when 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,22 @@ ASCII = str.maketrans({"−": "-", "·": "*", "π": "pi", "ε": "eps", "δ": "d"
 
 class Fail(Exception):
     """A check failed; the message is shown to the student."""
+
+
+class NeedsReference(Exception):
+    """A stored-only grading (the student edition's practice grade) reached for the reference:
+    the check is skipped, and says so. Mistake diagnoses that reach for it are left out."""
+
+
+# Set while a check runs in a stored-only grading: the verdict may use stored cases only.
+STORED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("stored_only", default=False)
+
+
+def require_reference(what: str) -> None:
+    """Raise NeedsReference in a stored-only grading; `what` says what needed the reference."""
+    if STORED_ONLY.get():
+        raise NeedsReference(f"this check needs {what}, which a stored-only practice grade does "
+                             "not use: the official grade judges it")
 
 
 @dataclass
@@ -102,6 +119,9 @@ class Case:
     make: Callable[[int], dict]
     expected: Callable[[dict], object]
     seeds: tuple = (0, 1)
+    # values stored beside a stored case's answer for the diagnoses of mistakes only (a fresh case
+    # computes them when a mistake is looked for; a stored-only grading cannot)
+    diagnostics: Callable[[dict], dict] | None = None
 
 
 @dataclass
@@ -127,9 +147,9 @@ def check(function: str, title: str, points: float = 1, needs_cuda: bool = False
     return register
 
 
-def case(name: str, expected: Callable, seeds: tuple = (0, 1)):
+def case(name: str, expected: Callable, seeds: tuple = (0, 1), diagnostics: Callable | None = None):
     def register(make):
-        CASES[name] = Case(name, make, expected, seeds)
+        CASES[name] = Case(name, make, expected, seeds, diagnostics)
         return make
     return register
 

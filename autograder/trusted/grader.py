@@ -4,6 +4,10 @@
 in-process runner of `autograder.selfcheck`), the stored expected values, and the results. Checks see it through `Context`, which turns every way a probe can go
 wrong — missing function, exception, delegation, hang, crash — into a `Fail` with a clear message,
 so one broken function costs only its own checks.
+
+A stored-only grading (`stored_only`; always in the student edition, which holds no unrevealed
+reference) judges from the stored cases of autograder/fixtures/expected.pt alone: no fresh case is
+drawn, and a check that needs the reference is skipped and says so. It is a practice grade.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 import torch
 
 from autograder.trusted import core
-from autograder.trusted.core import CASES, Fail
+from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference
 from autograder.trusted.isolation import sandbox_problem
 from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import write_results
@@ -29,6 +33,11 @@ from course.registry import STAGE_OF
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
+# Written by `python -m course.release --student-edition` at the root of a student edition.
+EDITION = ROOT / "edition.json"
+OFFICIAL_ELSEWHERE = ("the official grade draws fresh cases and judges them with the reference: "
+                      "Gradescope, `python -m autograder.batch`, or `pytest autograder --official` "
+                      "in the full course repository")
 
 STATUS_MESSAGES = {
     "missing": "{fn} is not defined in the submission",
@@ -46,6 +55,7 @@ class CaseRun:
     inputs: dict
     expected: object
     fresh: bool
+    diagnostics: dict | None = None  # stored cases only (`core.Case.diagnostics`)
 
 
 def load_fixtures(path: Path = FIXTURES) -> dict:
@@ -106,12 +116,14 @@ class Grader:
                  probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
                  namespace: dict | None = None, official: bool = False,
                  time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None,
-                 allow_reference: bool = False):
+                 allow_reference: bool = False, stored_only: bool | None = None):
         """`sandbox`: a template started ahead for this grading alone (batch grading starts the
         next submission's while one is graded); it must not be used for another grading.
         `allow_reference`: a pasted copy of the reference earns its points (an instructor checking
-        the solution notebooks, which hold the reference); never for a student's grade."""
+        the solution notebooks, which hold the reference); never for a student's grade.
+        `stored_only`: judge from the stored cases alone (None: when this is a student edition)."""
         self.allow_reference = allow_reference
+        self.stored_only = EDITION.exists() if stored_only is None else stored_only
         self.submission = submission
         self.device = device
         self.probe_timeout = probe_timeout
@@ -134,6 +146,9 @@ class Grader:
             if official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
                                            f"{self.practice}")
+            if official and self.stored_only:
+                raise IsolationUnavailable(f"--official: a stored-only grading is a practice grade; "
+                                           f"{OFFICIAL_ELSEWHERE}")
             fits = sandbox is not None and sandbox.isolated == (self.practice is None) \
                 and sandbox.device == device \
                 and list(sandbox.visible) == _visible_paths(submission)
@@ -154,10 +169,15 @@ class Grader:
 
     @property
     def isolation_note(self) -> str:
+        note = self._isolation()
+        if self.stored_only:
+            note = ("PRACTICE grade (stored cases only): judged from the cases stored with this "
+                    "autograder, no fresh inputs; checks that need the reference are skipped; "
+                    f"{OFFICIAL_ELSEWHERE}. " + note)
         if self.allow_reference:
-            return self._isolation() + ("; --allow-reference: copies of the reference earn points "
-                                        "(an instructor's check of the solutions, not a student's grade)")
-        return self._isolation()
+            return note + ("; --allow-reference: copies of the reference earn points "
+                           "(an instructor's check of the solutions, not a student's grade)")
+        return note
 
     def _isolation(self) -> str:
         if self.in_process:
@@ -263,9 +283,11 @@ class Grader:
             result = self._record(check, None, "skipped: needs --device cuda and a GPU", started)
             return result
         score, output = self._judge(check)
-        if check.gate:
+        if check.gate and score is not None:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])
-            if gate_score == 0:
+            if gate_score is None:
+                score, output = None, f"skipped: paid only with '{check.gate}', which is skipped"
+            elif gate_score == 0:
                 note = f"paid only when '{check.gate}' passes"
                 output = (f"this check passes, but it is {note}, and that check failed: {gate_output}"
                           if score else f"{output} ({note})")
@@ -273,16 +295,22 @@ class Grader:
         return self._record(check, score, output, started)
 
     def _judge(self, check: core.Check) -> tuple:
-        """(score, output) of `check` on its own, judged once per grading (gates reuse it)."""
+        """(score, output) of `check` on its own, judged once per grading (gates reuse it); score
+        None: skipped (a stored-only grading reached for the reference)."""
         if check.name not in self.verdicts:
+            blocked = STORED_ONLY.set(self.stored_only)
             try:
                 check.run(Context(self, check))
                 self.verdicts[check.name] = (check.points, "passed")
+            except NeedsReference as exc:
+                self.verdicts[check.name] = (None, f"skipped: {exc}")
             except Fail as exc:
                 self.verdicts[check.name] = (0.0, str(exc))
             except Exception as exc:  # a judge must never take the grader down
                 self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
                                              f"({type(exc).__name__}: {exc}); {traceback.format_exc(limit=-2)}")
+            finally:
+                STORED_ONLY.reset(blocked)
         return self.verdicts[check.name]
 
     def _record(self, check, score, output, started) -> dict:
@@ -302,17 +330,25 @@ class Grader:
     def write_results(self, path: str | Path) -> None:
         """Gradescope's results.json, escaped and written safely (`autograder.trusted.results`)."""
         score, _ = self.totals()
-        notes = [self.isolation_note, f"fresh-input seed {self.seed}"] + self.load_errors[:10]
+        seed = self.seed_note if self.stored_only else f"fresh-input seed {self.seed}"
+        notes = [self.isolation_note, seed] + self.load_errors[:10]
         if len(self.load_errors) > 10:
             notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
             notes.insert(0, self.load_failure)
         tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
                  for r in self.results]
-        document = {"practice": bool(self.practice or self.in_process), "score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
+        document = {"practice": bool(self.practice or self.in_process or self.stored_only),
+                    "score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
                     "output": "\n".join(notes), "visibility": "visible",
                     "stdout_visibility": "hidden", "tests": tests}
         write_results(document, path)
+
+    @property
+    def seed_note(self) -> str:
+        if self.stored_only:
+            return f"stored cases only (property checks drew fresh inputs with --seed {self.seed})"
+        return f"fresh inputs drawn with --seed {self.seed}"
 
     def close(self) -> None:
         for client in self.stages.values():
@@ -355,20 +391,30 @@ class Context:
 
     def cases(self, name: str) -> list[CaseRun]:
         """The stored cases (inputs and expected from the fixtures) and one fresh case (drawn from
-        --seed, expected computed by the reference now, in this trusted process)."""
+        --seed, expected computed by the reference now, in this trusted process); in a stored-only
+        grading the stored cases alone."""
         if name not in self.grader.case_cache:
             self.grader.case_cache[name] = self._make_cases(name)
         return self.grader.case_cache[name]
 
+    def fresh_case(self, name: str) -> CaseRun:
+        """One case for a check that needs a single one: the fresh case, or in a stored-only
+        grading the first stored one."""
+        return self.cases(name)[-1 if not self.grader.stored_only else 0]
+
     def _make_cases(self, name: str) -> list[CaseRun]:
         spec = CASES[name]
         stored = self.grader.fixtures.get(name)
-        if stored is None or stored.get("fingerprint") != core.fingerprint(spec):
+        # a stored-only grading cannot remake the inputs (a definition may call the reference):
+        # its fixtures are the ones written with this autograder (the student edition's build)
+        if stored is None or (not self.grader.stored_only
+                              and stored.get("fingerprint") != core.fingerprint(spec)):
             raise RuntimeError(f"the stored case {name!r} is missing or its definition changed: "
                                "run `python -m autograder.fixtures`")
-        runs = [CaseRun(f"case {number}", stored["seeds"][str(seed)]["inputs"],
-                        stored["seeds"][str(seed)]["expected"], False)
-                for number, seed in enumerate(spec.seeds, start=1)]
+        runs = [CaseRun(f"case {number}", entry["inputs"], entry["expected"], False, entry.get("diagnostics"))
+                for number, entry in enumerate((stored["seeds"][str(seed)] for seed in spec.seeds), start=1)]
+        if self.grader.stored_only:
+            return runs
         with core.one_thread():
             fresh_inputs = spec.make(self.grader.seed)
             runs.append(CaseRun(f"fresh case (seed {self.grader.seed})", fresh_inputs,
@@ -392,7 +438,9 @@ def judge_cases(ctx: Context, case_name: str, judge, stored: int | None = None) 
     fresh one; catch an implementation that only knows the stored ones."""
     passed_stored = True
     runs = ctx.cases(case_name)
-    for run in runs[:stored] + [runs[-1]] if stored is not None else runs:
+    if stored is not None:
+        runs = [run for run in runs if not run.fresh][:stored] + [run for run in runs if run.fresh]
+    for run in runs:
         try:
             judge(run)
         except Fail as exc:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import hashlib
 import importlib
+import json
 import pkgutil
 from collections import Counter
 from pathlib import Path
@@ -102,11 +104,11 @@ STUB = ("def {name}(*args, **kwargs):\n"
         "{name}.__grader_stub__ = {name!r}\n")
 
 
-def _stubbed(source: str) -> str:
+def _stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
     """`source` with every function of the module (and every method of its private classes)
-    replaced by a stub, except helpers that its classes or module-level code use."""
+    replaced by a stub, except `keep` and helpers that its classes or module-level code use."""
     tree = ast.parse(source)
-    kept = {node.id for statement in tree.body if not isinstance(statement, ast.FunctionDef)
+    kept = set(keep) | {node.id for statement in tree.body if not isinstance(statement, ast.FunctionDef)
             for node in ast.walk(statement) if isinstance(node, ast.Name)}
     body = []
     for statement in tree.body:
@@ -198,13 +200,31 @@ def reference_fingerprints() -> dict[str, str]:
     return prints
 
 
+# A student edition holds no reference of its unrevealed stages, only this: {"salt", "functions":
+# {graded function: salted SHA-256 of its reference's fingerprint}} (`course.edition` writes it).
+STORED_FINGERPRINTS = COURSE_DIR.parent / "autograder" / "fixtures" / "fingerprints.json"
+
+
+def salted(print_: str, salt: str) -> str:
+    return hashlib.sha256((salt + print_).encode()).hexdigest()
+
+
+def _salted_reference_fingerprints() -> tuple[str, dict[str, str]]:
+    """(salt, {graded function: salted fingerprint}): stored in a student edition, else computed."""
+    if STORED_FINGERPRINTS.exists():
+        stored = json.loads(STORED_FINGERPRINTS.read_text(encoding="utf-8"))
+        return stored["salt"], stored["functions"]
+    return "", {name: salted(value, "") for name, value in reference_fingerprints().items()}
+
+
 def copied_references(sources: list[str]) -> set[str]:
     """The graded functions whose reference appears, pasted, among the definitions in `sources`."""
-    wanted = {value: name for name, value in reference_fingerprints().items()}
+    salt, prints = _salted_reference_fingerprints()
+    wanted = {value: name for name, value in prints.items()}
     found = set()
     for source in sources:
         for definition in _definitions(source):
-            name = wanted.get(fingerprint(definition))
+            name = wanted.get(salted(fingerprint(definition), salt))
             if name is not None:
                 found.add(name)
     return found

@@ -1,4 +1,7 @@
-"""Helpers shared by the check modules: seeded input makers and reference calls."""
+"""Helpers shared by the check modules: seeded input makers and reference calls.
+
+Every use of the reference goes through `reference_function`, so a stored-only grading (the
+student edition) never computes with it (`core.require_reference`)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import random
 import torch
 
 from autograder.protocol.markers import resolve
-from autograder.trusted.core import one_thread
+from autograder.trusted.core import one_thread, require_reference
 from autograder.trusted.reference import reference
 
 
@@ -19,10 +22,17 @@ def rng(seed: int) -> random.Random:
     return random.Random(seed)
 
 
+def reference_function(name: str):
+    """The reference of graded function `name` (NeedsReference in a stored-only grading)."""
+    require_reference(f"the reference {name}")
+    return reference(name)
+
+
 def run_reference(name: str, inputs: dict):
     """The reference's answer on `inputs` (markers resolved), computed in this trusted process."""
+    function = reference_function(name)
     with one_thread():
-        return reference(name)(**resolve(inputs))
+        return function(**resolve(inputs))
 
 
 def ragged_mask(batch: int, positions: int, g: torch.Generator, empty_row: bool = False) -> torch.Tensor:

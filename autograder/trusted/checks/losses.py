@@ -39,6 +39,16 @@ def _policy(seed: int, batch: int = 4, positions: int = 7) -> dict:
             "old_log_probs": old, "response_mask": ragged_mask(batch, positions, g)}
 
 
+def _reference_gradient(name: str, inputs: dict, wrt: str, path, cotangent: torch.Tensor) -> torch.Tensor:
+    """d<output[path] · cotangent>/d inputs[wrt] of the reference, by autograd (stored with the
+    case, so that no check holds a formula of its own for it)."""
+    leaf = inputs[wrt].detach().clone().requires_grad_(True)
+    output = run_reference(name, {**inputs, wrt: leaf})
+    output = output[path] if path is not None else output
+    (grad,) = torch.autograd.grad((output * cotangent).sum(), leaf)
+    return grad.detach()
+
+
 def _pg_expected(inputs: dict) -> dict:
     out = {}
     for method in PG_METHODS:
@@ -46,6 +56,10 @@ def _pg_expected(inputs: dict) -> dict:
                                             "cliprange": EPS})
         out[method] = {"loss": loss.detach(), "metadata": {k: torch.as_tensor(v).double()
                                                            for k, v in metadata.items()}}
+    # d(Σ mask · loss)/d log π of CISPO: the weight is detached, so -min(r, 1+ε)·A on the mask
+    out["cispo"]["grad"] = _reference_gradient(
+        PG, {**inputs, "importance_reweighting_method": "cispo", "cliprange": EPS},
+        "policy_log_probs", 0, inputs["response_mask"].double())
     return out
 
 
@@ -60,7 +74,7 @@ def _parts(inputs: dict):
     return a, ratio, inputs["response_mask"].double()
 
 
-def _pg_mistakes(method: str, inputs: dict) -> list:
+def _pg_mistakes(method: str, inputs: dict, expected: dict) -> list:
     a, r, mask = _parts(inputs)
     clipped = r.clamp(1 - EPS, 1 + EPS)
     log_ratio = (inputs["policy_log_probs"] - inputs["old_log_probs"]) * mask
@@ -73,7 +87,7 @@ def _pg_mistakes(method: str, inputs: dict) -> list:
     mistakes = {
         "noclip": [Mistake("the ratio inverted (π_old/π)", "r = exp(log π − log π_old)", lambda: -a / r),
                    Mistake("A·log π instead of A·ratio", "noclip weights A by r = exp(log π − log π_old)",
-                           lambda: -a * inputs["policy_log_probs"])],
+                           lambda: expected["none"]["loss"])],
         "grpo": [Mistake("max instead of min in the clipped objective",
                          "loss = −min(r·A, clip(r, 1−ε, 1+ε)·A)", lambda: -torch.maximum(r * a, clipped * a)),
                  Mistake("the clipped term alone (no min with the unclipped one)",
@@ -87,13 +101,13 @@ def _pg_mistakes(method: str, inputs: dict) -> list:
                          lambda: gspo(log_ratio.sum(1, keepdim=True) / T)),
                  Mistake("token-level clipping (GRPO) instead of one sequence ratio",
                          "GSPO clips one geometric-mean ratio per sequence",
-                         lambda: -torch.minimum(r * a, clipped * a)),
+                         lambda: expected["grpo"]["loss"]),
                  Mistake("the arithmetic mean of token ratios",
                          "use the geometric mean: exp(masked mean of log r)",
                          lambda: gspo(((r * mask).sum(1, keepdim=True) / lengths).log()))],
         "cispo": [Mistake("the PPO clipped loss instead of CISPO's weighted log π",
                           "loss = −sg(min(r, 1+ε))·A·log π",
-                          lambda: -torch.minimum(r * a, clipped * a)),
+                          lambda: expected["grpo"]["loss"]),
                   Mistake("the weight clipped on both sides", "CISPO caps the weight only above: min(r, 1+ε)",
                           lambda: -clipped * a * inputs["policy_log_probs"])],
     }
@@ -113,7 +127,7 @@ def _pg_judge(ctx, method: str, run, extra=None) -> dict:
     if tuple(loss.shape) == tuple(expected.shape):
         loss = torch.where(mask, loss.double(), expected)
     mistakes = [Mistake(m.label, m.fix, lambda m=m: torch.where(mask, m.answer().double(), expected))
-                for m in _pg_mistakes(method, run.inputs)]
+                for m in _pg_mistakes(method, run.inputs, run.expected)]
     compare(loss, expected, f"{method} per-token loss (on response tokens)", mistakes)
     return response
 
@@ -187,11 +201,11 @@ def pg_cispo(ctx) -> None:
         cotangent = run.inputs["response_mask"].double()
         grad = _pg_gradient(ctx, "cispo", run, "policy_log_probs")
         a, r, mask = _parts(run.inputs)
-        weight = r.clamp(max=1 + EPS)
-        expected = -weight * a * cotangent
+        expected = run.expected["cispo"]["grad"]
         if grad is None:
             raise Fail("the CISPO loss has no gradient with respect to policy_log_probs")
-        attached = torch.where(r < 1 + EPS, -a * r * (1 + run.inputs["policy_log_probs"]), -a * weight) * cotangent
+        # with the weight attached, d/d log π gains −A·r·log π wherever r < 1+ε (d r/d log π = r)
+        attached = expected + torch.where(r < 1 + EPS, -a * r * run.inputs["policy_log_probs"], 0) * cotangent
         compare(grad, expected, "the gradient of the CISPO loss with respect to log π", [
             Mistake("the CISPO weight not detached (gradient also flows through min(r, 1+ε))",
                     "detach the weight: torch.clamp(ratio, max=1+ε).detach()", lambda: attached)])
@@ -222,11 +236,16 @@ def _grpo_inputs(seed: int) -> dict:
             "tis_weights": torch.rand(3, 6, generator=g, dtype=torch.float64) * 2}
 
 
+def _config(loss_fn: str) -> dict:
+    return config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator=2, beta=0.1)
+
+
 def _grpo_expected(inputs: dict) -> dict:
     out = {}
     for loss_fn in GRPO_LOSS_FNS:
-        config = config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator=2, beta=0.1)
-        out[loss_fn] = torch.stack([t.detach() for t in run_reference(GRPO, {**inputs, "config": config})])
+        out[loss_fn] = torch.stack([t.detach() for t in run_reference(GRPO, {**inputs, "config": _config(loss_fn)})])
+    out["cispo/grad"] = _reference_gradient(GRPO, {**inputs, "config": _config("cispo")}, "new_logprobs", 2,
+                                            torch.ones_like(inputs["new_logprobs"]))  # d pg_loss_max / d log π
     return out
 
 
@@ -236,8 +255,7 @@ def make_grpo(seed: int) -> dict:
 
 
 def _grpo_call(ctx, inputs, loss_fn, **options):
-    config = config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator=2, beta=0.1)
-    response = ctx.call(GRPO, {**inputs, "config": config}, **options)
+    response = ctx.call(GRPO, {**inputs, "config": _config(loss_fn)}, **options)
     output = response["output"]
     return response, [tensor(item(output, i, 4, f"the result of {GRPO}"), name)
                       for i, name in enumerate(("pg_losses", "pg_losses2", "pg_loss_max", "kl"))]
@@ -272,12 +290,11 @@ def grpo_cispo(ctx) -> None:
         cotangent = torch.ones(3, 6, dtype=torch.float64)
         response, got = _grpo_call(ctx, run.inputs, "cispo", grad_wrt=["ratio", "new_logprobs"],
                                    backward={"path": "2", "cotangent": cotangent})
-        a, r, new = run.inputs["advantages"], run.inputs["ratio"], run.inputs["new_logprobs"]
         expected = run.expected["cispo"]
         for i, name in enumerate(("pg_losses", "pg_losses2")):
             compare(got[i], expected[i], name, [
                 Mistake("the DAPO clipped loss for loss_fn='cispo'", "cispo: −A·sg(min(r, 1+clip_higher))·log π",
-                        lambda: -a * r.clamp(0.8, 1.28))])
+                        lambda: run.expected["dapo"][1])])
         compare(got[2], expected[2], "pg_loss_max")
         ratio_grad = response.get("grads", {}).get("ratio")
         if ratio_grad is not None and float(ratio_grad.abs().max()) > 0:
@@ -286,8 +303,7 @@ def grpo_cispo(ctx) -> None:
         grad = response.get("grads", {}).get("new_logprobs")
         if grad is None:
             raise Fail("the CISPO loss has no gradient with respect to new_logprobs")
-        compare(grad, -a * r.clamp(max=1.28) * run.inputs["tis_weights"], "d pg_loss_max / d new_logprobs")
-        del new
+        compare(grad, run.expected["cispo/grad"], "d pg_loss_max / d new_logprobs")
     judge_cases(ctx, f"{GRPO}/batch", judge)
 
 
@@ -300,8 +316,10 @@ def grpo_no_ref(ctx) -> None:
 
 
 # ---- estimate_kl -------------------------------------------------------------------------------
-@case(f"{KL}/batch", expected=lambda inputs: torch.stack([
-    run_reference(KL, {**inputs, "estimator": k}).detach() for k in range(4)]))
+@case(f"{KL}/batch", expected=lambda inputs: {
+    "values": torch.stack([run_reference(KL, {**inputs, "estimator": k}).detach() for k in range(4)]),
+    "k3_grad": _reference_gradient(KL, {**inputs, "estimator": 2}, "new_logprobs", None,
+                                   torch.ones_like(inputs["new_logprobs"]))})
 def make_kl(seed: int) -> dict:
     g = generator(seed + 200)
     new = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
@@ -325,20 +343,20 @@ def kl_values(ctx) -> None:
                         Mistake("k1 without the ratio", "estimator 3 is ratio·δ", lambda: delta)]}
         for k in range(4):
             got = ctx.call(KL, {**run.inputs, "estimator": k})["output"]
-            compare(got, run.expected[k], f"estimator {k}", mistakes[k])
+            compare(got, run.expected["values"][k], f"estimator {k}", mistakes[k])
     judge_cases(ctx, f"{KL}/batch", judge)
 
 
 @check(KL, "gradient flows through new_logprobs", points=1)
 def kl_gradient(ctx) -> None:
-    inputs = make_kl(ctx.grader.seed)
-    delta = inputs["new_logprobs"] - inputs["ref_logprobs"]
+    run = ctx.fresh_case(f"{KL}/batch")
+    inputs = run.inputs
     response = ctx.call(KL, {**inputs, "estimator": 2}, grad_wrt=["new_logprobs"],
                         backward={"path": "", "cotangent": torch.ones(3, 5, dtype=torch.float64)})
     grad = response.get("grads", {}).get("new_logprobs")
     if grad is None:
         raise Fail("k3 has no gradient with respect to new_logprobs (detached or computed under no_grad?)")
-    compare(grad, 1 - (-delta).exp(), "d k3 / d log π")
+    compare(grad, run.expected["k3_grad"], "d k3 / d log π")
 
 
 # ---- truncated_importance_weights --------------------------------------------------------------

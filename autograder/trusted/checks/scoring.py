@@ -8,7 +8,7 @@ import math
 import torch
 
 from autograder.protocol.markers import build_model, build_tokenizer, model_marker
-from autograder.trusted.checks.common import generator, rng, run_reference
+from autograder.trusted.checks.common import generator, reference_function, rng, run_reference
 from autograder.trusted.core import (
     BFLOAT16,
     FLOAT32_CHUNKS,
@@ -30,11 +30,6 @@ ENTROPY = "compute_entropy"
 LOG_PROBS = "get_response_log_probs"
 
 
-def _natural_entropy(logits: torch.Tensor) -> torch.Tensor:
-    log_p = torch.log_softmax(logits.double(), dim=-1)
-    return -(log_p.exp() * log_p).sum(-1)
-
-
 @case(f"{ENTROPY}/logits", expected=lambda inputs: run_reference(ENTROPY, inputs))
 def make_logits(seed: int) -> dict:
     g = generator(seed)
@@ -53,24 +48,31 @@ def entropy_values(ctx) -> None:
             Mistake("Σ p·log p without the minus sign", "entropy is −Σ p·log p",
                     lambda: -run.expected),
             Mistake("entropy over the wrong axis", "reduce over the last (vocabulary) axis, dim=-1",
-                    lambda: _natural_entropy(run.inputs["logits"].transpose(-1, -2))),
+                    lambda: run_reference(ENTROPY, {"logits": run.inputs["logits"].transpose(-1, -2)})),
         ])
     judge_cases(ctx, f"{ENTROPY}/logits", judge)
 
 
-@check(ENTROPY, "stable for large logits (logsumexp form)", points=1)
-def entropy_stable(ctx) -> None:
-    g = generator(ctx.grader.seed)
+@case(f"{ENTROPY}/large", expected=lambda inputs: run_reference(
+    ENTROPY, {"logits": inputs["logits"].double()}))
+def make_large_logits(seed: int) -> dict:
+    g = generator(seed)
     # k tied top logits near 1000 (entropy ≈ log k) and the rest far below, where softmax underflows
     logits = 1000 - 500 * torch.rand(3, 50, generator=g) - 100
     for row, k in enumerate((2, 5, 9)):
         logits[row, :k] = 1000 + 0.5 * torch.rand(k, generator=g)
-    expected = _natural_entropy(logits)
-    got = tensor(ctx.call(ENTROPY, {"logits": logits})["output"], "entropy")
-    if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
-        raise Fail("entropy is NaN/inf for logits of size ~1e3: softmax underflows to 0 and "
-                   "0·log 0 = NaN; fix: H = logsumexp(z) − Σ softmax(z)·z")
-    compare(got, expected.to(got.dtype), "entropy of large logits", tolerance=LARGE_LOGITS)
+    return {"logits": logits}  # float32: the student's code meets them as a model would give them
+
+
+@check(ENTROPY, "stable for large logits (logsumexp form)", points=1)
+def entropy_stable(ctx) -> None:
+    def judge(run):
+        got = tensor(ctx.call(ENTROPY, run.inputs)["output"], "entropy")
+        if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
+            raise Fail("entropy is NaN/inf for logits of size ~1e3: softmax underflows to 0 and "
+                       "0·log 0 = NaN; fix: H = logsumexp(z) − Σ softmax(z)·z")
+        compare(got, run.expected.to(got.dtype), "entropy of large logits", tolerance=LARGE_LOGITS)
+    judge_cases(ctx, f"{ENTROPY}/large", judge)
 
 
 @check(ENTROPY, "keeps the leading shape; float32/float64 keep their dtype, half becomes float32", points=1,
@@ -113,7 +115,7 @@ def _model_logits(inputs: dict) -> torch.Tensor:
 
 def _log_prob_mistakes(inputs: dict, expected: torch.Tensor) -> list:
     def at_inputs():
-        return torch.log_softmax(_model_logits(inputs), -1).gather(-1, inputs["input_ids"].unsqueeze(-1)).squeeze(-1)
+        return run_reference(LOG_PROBS, {**inputs, "labels": inputs["input_ids"]})["log_probs"]
     return [
         Mistake("probabilities instead of log-probabilities", "return log π = z_y − logsumexp(z)",
                 lambda: expected.exp()),
@@ -153,8 +155,8 @@ def token_entropy(ctx) -> None:
 
 @check(LOG_PROBS, "chunked output head (logits_chunk_size > 0) equals the plain forward", points=1)
 def chunked(ctx) -> None:
-    inputs = make_scoring(ctx.grader.seed)
-    expected = run_reference(LOG_PROBS, inputs)
+    run = ctx.fresh_case(f"{LOG_PROBS}/float64")
+    inputs, expected = run.inputs, run.expected
     for size in (1, 4, 1000):
         got = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size})["output"]
         compare(field(got, "log_probs", "the result"), expected["log_probs"],
@@ -176,13 +178,15 @@ def bad_chunk(ctx) -> None:
 
 @check(LOG_PROBS, "a bfloat16 model is scored in float32", points=1)
 def half_precision(ctx) -> None:
+    """Judged with the reference on this machine: bfloat16 logits round with the device's kernels."""
+    scored = reference_function(LOG_PROBS)
     inputs = {"model": model_marker(ctx.grader.seed % 7, "bfloat16"), **_scoring_batch(ctx.grader.seed, 30)}
     model = build_model(inputs["model"]["seed"], "bfloat16", ctx.device)  # same device: same rounding
+    ids, labels = inputs["input_ids"].to(ctx.device), inputs["labels"].to(ctx.device)
     with one_thread(), torch.no_grad():  # the worker's thread count, so the bf16 logits round the same way
-        logits = model(inputs["input_ids"].to(ctx.device)).logits.cpu()  # (B, T, V) bf16
-    labels = inputs["labels"].unsqueeze(-1)
-    expected = (logits.float().gather(-1, labels) - torch.logsumexp(logits.float(), -1, keepdim=True)).squeeze(-1)
-    half = torch.log_softmax(logits, -1).gather(-1, labels).squeeze(-1)
+        logits = model(ids).logits.cpu()  # (B, T, V) bf16
+        expected = scored(model, ids, labels)["log_probs"].cpu()  # float32
+    half = torch.log_softmax(logits, -1).gather(-1, inputs["labels"].unsqueeze(-1)).squeeze(-1)
     got = tensor(field(ctx.call(LOG_PROBS, inputs, no_grad=True)["output"], "log_probs", "the result"), "log_probs")
     if got.dtype != torch.float32:
         raise Fail(f"log_probs of a bfloat16 model are {got.dtype}: this looks like the log-softmax "
@@ -224,18 +228,25 @@ def _decoder_saved_bytes(inputs: dict) -> int:
     return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
 
 
+@case(f"{LOG_PROBS}/large-vocabulary", expected=lambda inputs: run_reference(LOG_PROBS, inputs),
+      seeds=(0,))
+def make_large_vocabulary(seed: int) -> dict:
+    g = generator(seed)
+    ids = torch.randint(7, 100, (2, 129), generator=g)  # (B, T + 1)
+    return {"model": model_marker(0, "float32", vocab_size=8192), "input_ids": ids[:, :-1],
+            "labels": ids[:, 1:]}
+
+
 @check(LOG_PROBS, "chunked scoring saves about one chunk of logits for backward (any device)", points=1)
 def chunked_saved_bytes(ctx) -> None:
     """Counted with saved-tensor hooks, so a chunked path that keeps every chunk's logits for
     backward (correct values, no memory saved) loses this point on a CPU too."""
-    g = generator(ctx.grader.seed)
-    batch, positions, vocab, chunk = 2, 128, 8192, 8
-    ids = torch.randint(7, 100, (batch, positions + 1), generator=g)
-    inputs = {"model": model_marker(0, "float32", vocab_size=vocab), "input_ids": ids[:, :-1],
-              "labels": ids[:, 1:]}
+    run = ctx.fresh_case(f"{LOG_PROBS}/large-vocabulary")
+    inputs, chunk = run.inputs, 8
+    (batch, positions), vocab = inputs["input_ids"].shape, inputs["model"]["vocab_size"]
     response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": chunk}, count_saved_bytes=True)
     log_probs = field(response["output"], "log_probs", "the result")
-    compare(log_probs, run_reference(LOG_PROBS, inputs)["log_probs"], f"log_probs with logits_chunk_size={chunk}",
+    compare(log_probs, run.expected["log_probs"], f"log_probs with logits_chunk_size={chunk}",
             tolerance=FLOAT32_CHUNKS)
     if not response["requires_grad"].get("log_probs", False):
         raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")

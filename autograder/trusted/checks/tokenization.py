@@ -29,43 +29,28 @@ def make_batch(seed: int) -> dict:
             "tokenizer": TOKENIZER}
 
 
-def _pieces(inputs: dict):
-    """Trusted token ids of each prompt and output, and the padded full sequences (B, L)."""
-    tokenizer = build_tokenizer()
-    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in inputs["prompt_strs"]]
-    outputs = [tokenizer.encode(o, add_special_tokens=False) for o in inputs["output_strs"]]
-    length = max(len(p) + len(o) for p, o in zip(prompts, outputs))
-    full = torch.full((len(prompts), length), tokenizer.pad_token_id, dtype=torch.long)
-    is_output = torch.zeros_like(full)
-    is_real = torch.zeros_like(full)
-    for i, (p, o) in enumerate(zip(prompts, outputs)):
-        full[i, : len(p) + len(o)] = torch.tensor(p + o)
-        is_output[i, len(p): len(p) + len(o)] = 1
-        is_real[i, : len(p) + len(o)] = 1
-    return full, is_output, is_real
-
-
-def _mask_mistakes(inputs: dict) -> list:
-    full, is_output, is_real = _pieces(inputs)
-    through_end = (is_output.cumsum(dim=1) > 0).long()
+def _mask_mistakes(mask: torch.Tensor) -> list:
+    """The masks of the common mistakes, from the right mask (B, L-1) alone: the judge holds no
+    tokenization of its own (the student edition ships this file without the reference)."""
+    mask = mask.long()
     return [
         Mistake("prompt tokens in the mask", "set the mask to 1 only on output tokens, 0 on the prompt",
-                lambda: is_real[:, 1:]),
+                lambda: (mask.flip(1).cumsum(1).flip(1) > 0).long()),  # every real label position
         Mistake("padding in the mask", "padded positions must be 0 in response_mask",
-                lambda: through_end[:, 1:]),
+                lambda: (mask.cumsum(1) > 0).long()),  # from the output's first token to the end
         Mistake("a mask that is not shifted with the labels",
                 "take the mask of the full sequence from position 1 on (mask[:, 1:]), like the labels",
-                lambda: is_output[:, :-1]),
+                lambda: torch.cat([torch.zeros_like(mask[:, :1]), mask[:, :-1]], 1)),
     ]
 
 
-def _judge_batch(output, inputs: dict, expected: dict) -> None:
-    full, _, _ = _pieces(inputs)
+def _judge_batch(output, expected: dict) -> None:
+    length = expected["input_ids"].shape[1] + 1  # L, the longest prompt + output
     eos = build_tokenizer().eos_token_id
     for key in KEYS:
         got = tensor(field(output, key, f"the result of {FN}"), key)
-        if key != "response_mask" and got.ndim == 2 and got.shape[1] == full.shape[1]:
-            raise Fail(f"{key} has L = {full.shape[1]} columns: a causal LM predicts token t+1 from "
+        if key != "response_mask" and got.ndim == 2 and got.shape[1] == length:
+            raise Fail(f"{key} has L = {length} columns: a causal LM predicts token t+1 from "
                        "tokens ≤ t, so input_ids = sequence[:, :-1] and labels = sequence[:, 1:]")
     padded_eos = torch.where(expected["input_ids"] == build_tokenizer().pad_token_id, eos,
                              expected["input_ids"])
@@ -76,21 +61,22 @@ def _judge_batch(output, inputs: dict, expected: dict) -> None:
     compare(output["labels"], expected["labels"], "labels", [
         Mistake("missing label shift (labels equal input_ids)",
                 "labels are the sequence shifted left by one: labels = sequence[:, 1:]",
-                lambda: full[:, :-1])])
-    compare(output["response_mask"], expected["response_mask"], "response_mask", _mask_mistakes(inputs))
+                lambda: expected["input_ids"])])
+    compare(output["response_mask"], expected["response_mask"], "response_mask",
+            _mask_mistakes(expected["response_mask"]))
 
 
 @check(FN, "returns input_ids, labels and response_mask, each (B, L-1) and integer", points=1,
        paid_with="values match the reference")
 def shapes(ctx) -> None:
-    inputs = make_batch(0)
-    output = ctx.call(FN, inputs)["output"]
-    full, _, _ = _pieces(inputs)
+    stored = ctx.cases(f"{FN}/batch")[0]
+    output = ctx.call(FN, stored.inputs)["output"]
+    want = tuple(stored.expected["input_ids"].shape)
     for key in KEYS:
         got = tensor(field(output, key, f"the result of {FN}"), key)
-        if tuple(got.shape) != (full.shape[0], full.shape[1] - 1):
+        if tuple(got.shape) != want:
             raise Fail(f"{key} has shape {tuple(got.shape)}, expected (B, L-1) = "
-                       f"{(full.shape[0], full.shape[1] - 1)} with L the longest prompt+output")
+                       f"{want} with L the longest prompt+output")
         if got.dtype.is_floating_point:
             raise Fail(f"{key} is {got.dtype}; token ids and the mask must be integer (or bool) tensors")
 
@@ -98,7 +84,7 @@ def shapes(ctx) -> None:
 @check(FN, "values match the reference", points=3)
 def values(ctx) -> None:
     judge_cases(ctx, f"{FN}/batch",
-                lambda run: _judge_batch(ctx.call(FN, run.inputs)["output"], run.inputs, run.expected))
+                lambda run: _judge_batch(ctx.call(FN, run.inputs)["output"], run.expected))
 
 
 @check(FN, "response_mask is 1 exactly on the output tokens' labels", points=1)

@@ -13,7 +13,7 @@ import math
 import torch
 
 from autograder.protocol.markers import TOKENIZER, build_tokenizer, model_marker, resolve, reward_fn
-from autograder.trusted.checks.common import rng
+from autograder.trusted.checks.common import reference_function, rng
 from autograder.trusted.core import (
     METADATA,
     UPDATE,
@@ -28,7 +28,6 @@ from autograder.trusted.core import (
     tensor,
 )
 from autograder.trusted.grader import judge_cases
-from autograder.trusted.reference import reference
 from course.aggregation import LOSS_NORMALIZATIONS
 
 FN = "grpo_train_step"
@@ -66,7 +65,7 @@ def _rollouts(seed: int) -> dict:
 
 
 def _tokenized(inputs: dict) -> dict:
-    return reference("tokenize_prompt_and_output")(inputs["repeated_prompts"], inputs["rollout_responses"],
+    return reference_function("tokenize_prompt_and_output")(inputs["repeated_prompts"], inputs["rollout_responses"],
                                                     build_tokenizer())
 
 
@@ -88,7 +87,7 @@ def reference_step(kwargs: dict) -> dict:
     model = resolve(MODEL)
     before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    loss, metadata = reference(FN)(model=model, optimizer=optimizer, tokenizer=resolve(TOKENIZER),
+    loss, metadata = reference_function(FN)(model=model, optimizer=optimizer, tokenizer=resolve(TOKENIZER),
                                    reward_fn=reward_fn, **resolve(kwargs))
     after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     plain = {k: float(v) for k, v in metadata.items() if isinstance(v, (int, float, torch.Tensor))}
@@ -101,10 +100,18 @@ def _expected_steps(inputs: dict) -> dict:
     max_grad_norm = float(expected["sequence"]["delta"].norm()) / CLIP  # lr = 1: |Δ| = |gradient|
     expected["clipped"] = {**reference_step(mode_kwargs(inputs, "sequence", 2, max_grad_norm)),
                            "max_grad_norm": max_grad_norm}
+    expected["response_mask"] = _tokenized(inputs)["response_mask"]  # where a step's tokens are
     return expected
 
 
-@case(f"{FN}/rollouts", expected=_expected_steps)
+def _row_diagnostics(inputs: dict) -> dict:
+    """The per-row gradients (float32: 1e-7 relative, far inside UPDATE) of the modes without
+    importance weights, for the normalization mistakes of a stored-only grading."""
+    gradients, tokens, advantages = row_gradients(mode_kwargs(inputs, "sequence"))
+    return {"gradients": gradients.float(), "tokens": tokens, "advantages": advantages}
+
+
+@case(f"{FN}/rollouts", expected=_expected_steps, diagnostics=_row_diagnostics)
 def make_rollouts(seed: int) -> dict:
     return _rollouts(seed)
 
@@ -113,16 +120,16 @@ def make_rollouts(seed: int) -> dict:
 def row_gradients(kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, P) gradients of each row's masked loss sum, (B,) token counts, (B,) advantages."""
     model = resolve(MODEL)
-    rewards, _ = reference("compute_rollout_rewards")(reward_fn, kwargs["rollout_responses"],
+    rewards, _ = reference_function("compute_rollout_rewards")(reward_fn, kwargs["rollout_responses"],
                                                       kwargs["repeated_ground_truths"])
-    advantages, _ = reference("compute_group_normalized_rewards")(rewards, kwargs["group_size"])
+    advantages, _ = reference_function("compute_group_normalized_rewards")(rewards, kwargs["group_size"])
     batch = _tokenized(kwargs)
     rows = []
     for i in range(len(advantages)):
         model.zero_grad(set_to_none=False)
-        scored = reference("get_response_log_probs")(model, batch["input_ids"][i:i + 1], batch["labels"][i:i + 1])
+        scored = reference_function("get_response_log_probs")(model, batch["input_ids"][i:i + 1], batch["labels"][i:i + 1])
         old = kwargs.get("old_log_probs")
-        loss, _ = reference("compute_policy_gradient_loss")(
+        loss, _ = reference_function("compute_policy_gradient_loss")(
             advantages[i:i + 1], scored["log_probs"], kwargs.get("importance_reweighting_method", "none"),
             old[i:i + 1] if old is not None else None, kwargs.get("cliprange"), batch["response_mask"][i:i + 1])
         (loss * batch["response_mask"][i:i + 1]).sum().backward()
@@ -136,25 +143,25 @@ def _split(batch: int, steps: int) -> list:
     return [list(range(s, min(s + size, batch))) for s in range(0, batch, size)]
 
 
-def normalization_mistakes(kwargs: dict, steps: int, mode: str) -> list:
-    """The updates the known normalization mistakes give with `steps` micro-batches."""
+def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.Tensor,
+                           stored: dict | None = None) -> list:
+    """The updates the known normalization mistakes give with `steps` micro-batches (`expected`:
+    the right update; `stored`: a stored case's per-row gradients, for modes without importance
+    weights)."""
     cache = {}
 
     def rows():
         if not cache:
-            cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
+            if stored is not None and kwargs.get("importance_reweighting_method", "none") == "none":
+                cache.update(g=stored["gradients"].double(), n=stored["tokens"], a=stored["advantages"])
+            else:
+                cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
         return cache["g"], cache["n"], cache["a"]
 
     def local_token(divide_by_steps: bool):
         g, n, _ = rows()
         total = sum(g[m].sum(0) / n[m].sum().clamp_min(1) for m in _split(len(n), steps))
         return -total / (steps if divide_by_steps else 1)
-
-    def correct():
-        g, n, a = rows()
-        if mode == "sequence":
-            return -(g / n.clamp_min(1)[:, None]).sum(0) / len(n)
-        return -g.sum(0) / (CONSTANT if mode == "constant" else n.sum())
 
     def active_only():
         g, n, a = rows()
@@ -173,7 +180,7 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str) -> list:
                 lambda: local_token(False)),
         Mistake("dividing by the number of accumulation steps twice",
                 "the step-level normalization already accounts for the micro-batches: do not also divide "
-                "by gradient_accumulation_steps", lambda: correct() / steps),
+                "by gradient_accumulation_steps", lambda: expected / steps),
         Mistake("a normalization that counts only rows with non-zero advantage",
                 "count every row (and every token) of the step, also the zero-advantage ones you skip",
                 active_only),
@@ -207,7 +214,9 @@ def full_batch(ctx) -> None:
         for mode, result in zip(MODES, runs):
             kwargs = mode_kwargs(run.inputs, mode)
             _compare_update(_delta(result, f"{mode} mode"), run.expected[mode]["delta"],
-                            f"the {mode}-mode update", normalization_mistakes(kwargs, 1, mode))
+                            f"the {mode}-mode update",
+                            normalization_mistakes(kwargs, 1, mode, run.expected[mode]["delta"],
+                                                   run.diagnostics))
     judge_cases(ctx, f"{FN}/rollouts", judge)
 
 
@@ -223,7 +232,8 @@ def micro_batching(ctx) -> None:
             what = f"{mode} mode, gradient_accumulation_steps={steps}"
             _compare_update(_delta(result, what), run.expected[mode]["delta"],
                             f"the update with {what} (ragged response lengths)",
-                            normalization_mistakes(mode_kwargs(run.inputs, mode), steps, mode))
+                            normalization_mistakes(mode_kwargs(run.inputs, mode), steps, mode,
+                                                   run.expected[mode]["delta"], run.diagnostics))
     judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
@@ -307,7 +317,7 @@ def clipping(ctx) -> None:
 def non_finite(ctx) -> None:
     stored = ctx.cases(f"{FN}/rollouts")[0]
     kwargs = mode_kwargs(stored.inputs, "grpo")
-    mask = _tokenized(stored.inputs)["response_mask"]
+    mask = stored.expected["response_mask"]
     old = kwargs["old_log_probs"].clone()
     old[0, int(mask[0].nonzero()[0])] = -1e4  # ratio exp(1e4) = inf on a response token of a graded row
     kwargs.update(old_log_probs=old, importance_reweighting_method="noclip", cliprange=None)

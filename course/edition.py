@@ -1,0 +1,278 @@
+"""The student edition: an installable folder for students, with the reference of revealed stages only.
+
+    python -m course.release --student-edition DIR [--reveal 1,2] [--force]
+
+writes into DIR:
+    README.md, pyproject.toml    how to install and work (`pip install -e .`), the same dependencies
+                                 as the course minus the instructors' tools (nbgrader, latex2mathml)
+    notebooks/                   nbgrader's student version of solutions/ (`course.release`)
+    course/                      the support code (models, tasks, rollout, train, plotting, ...) and
+                                 the warm-start checkpoint; the modules of every stage not revealed
+                                 (its module and `helper_modules` in `course.registry`) are stubs
+                                 that raise `StageNotRevealed`, naming the notebook to write it in
+    autograder/                  the student-side autograder: the checks and their stored cases
+                                 (fixtures/expected.pt), graded from stored cases only, without the
+                                 reference (a PRACTICE grade); the copy detector's fingerprints as
+                                 salted hashes (fixtures/fingerprints.json), never the reference's code
+    edition.json                 what was revealed; its presence switches the autograder to stored-only
+
+Left out: solutions/, tests/, the instructors' tools (course.release, .edition, .mistakes,
+.one_implementation, .html_export, .manifest; autograder.batch, .gradescope and the fixtures'
+generator, which needs the reference). Stubs come from `autograder.trusted.reference._stubbed`,
+the same rewrite the sandbox applies to the stage it grades.
+
+Nothing a student wrote is lost: the notebooks are written by `course.manifest.write_notebooks`,
+which refuses (before anything is written) to overwrite a notebook edited since the last build;
+`--force` discards the edits, or build into another DIR. A DIR that is neither empty nor an
+edition is refused, so a typo cannot replace a folder's `course/`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from course.manifest import write_notebooks
+from course.registry import REGISTRY, STAGE_NAMED, Stage
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EDITION_MARKER = "edition.json"  # autograder.trusted.grader.EDITION: its presence means stored-only
+# instructors' tools: they read solutions/, run nbgrader or need the whole reference
+INSTRUCTOR_ONLY = {
+    "course": {"release.py", "edition.py", "mistakes.py", "one_implementation.py", "html_export.py",
+               "manifest.py"},
+    "autograder": {"batch.py", "gradescope.py", "fixtures/__main__.py"},
+}
+INSTRUCTOR_PACKAGES = ("nbgrader", "latex2mathml")  # course.release and course.html_export only
+ELSEWHERE = "another --student-edition DIR"
+
+NOT_REVEALED = '''
+class StageNotRevealed(RuntimeError):
+    """The reference of a stage the instructor has not revealed yet: write your own."""
+
+
+def __reference_called__(name):
+    raise StageNotRevealed(f"course.{{name}} is not revealed yet (stage {key}, {title}): write it in "
+                           "your notebook {notebook}, or wait for the instructor to reveal it")
+
+
+__reference_called__.stage = {key!r}
+'''
+
+
+def parse_reveal(text: str) -> tuple[str, ...]:
+    """"1,2" or "1_tokenization,2_scoring" (or "" / "none": nothing) -> stage keys, in course order.
+    Raises ValueError naming what is not a stage."""
+    numbers = {str(number): stage.key for number, stage in enumerate(REGISTRY, start=1)}
+    wanted = set()
+    for part in (p.strip() for p in text.split(",")):
+        if part in ("", "none"):
+            continue
+        if part == "all":
+            wanted.update(STAGE_NAMED)
+        elif part in numbers or part in STAGE_NAMED:
+            wanted.add(numbers.get(part, part))
+        else:
+            raise ValueError(f"{part!r} is not a stage: give numbers 1-{len(REGISTRY)} or keys "
+                             f"({', '.join(STAGE_NAMED)}), separated by commas, or 'all'/'none'")
+    return tuple(stage.key for stage in REGISTRY if stage.key in wanted)
+
+
+def check_target(folder: Path) -> None:
+    """Raise ValueError unless `folder` is new, empty, or an earlier student edition."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / EDITION_MARKER).exists():
+        raise ValueError(f"{folder} is not empty and holds no student edition ({EDITION_MARKER}): "
+                         "build into a new or empty folder")
+
+
+def stub_module(source: str, stage: Stage) -> str:
+    """`source` with every function stubbed (`_stubbed`) but the stage's `given` helpers, the stubs
+    raising StageNotRevealed."""
+    from autograder.trusted.reference import _stubbed
+
+    tree = ast.parse(_stubbed(source, stage.given))
+    at = 0  # after the module docstring and `from __future__` imports, which must come first
+    while at < len(tree.body) and (
+            isinstance(tree.body[at], ast.ImportFrom) and tree.body[at].module == "__future__"
+            or at == 0 and isinstance(tree.body[0], ast.Expr)
+            and isinstance(tree.body[0].value, ast.Constant)):
+        at += 1
+    prelude = NOT_REVEALED.format(key=stage.key, title=stage.title, notebook=stage.notebook)
+    tree.body[at:at] = ast.parse(prelude).body
+    return ast.unparse(tree) + "\n"
+
+
+def _copy_package(name: str, target: Path, rewrite: dict[str, str]) -> None:
+    """Copy package `name` to `target`, leaving out caches and instructors' tools; its files in
+    `rewrite` (relative path -> text) are written with that text instead."""
+    source = REPO_ROOT / name
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source).as_posix()
+        if "__pycache__" in path.parts or path.is_dir() or relative in INSTRUCTOR_ONLY[name]:
+            continue
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        if relative in rewrite:
+            (target / relative).write_text(rewrite[relative], encoding="utf-8")
+        else:
+            shutil.copyfile(path, target / relative)
+
+
+def stale_fixtures() -> list[str]:
+    """Stored cases whose definition changed since `python -m autograder.fixtures` last ran."""
+    from autograder.trusted import checks  # noqa: F401  (registers the cases)
+    from autograder.trusted.core import CASES, fingerprint
+    from autograder.trusted.grader import load_fixtures
+
+    stored = load_fixtures()
+    return [name for name, spec in CASES.items()
+            if stored.get(name, {}).get("fingerprint") != fingerprint(spec)]
+
+
+def fingerprint_file() -> str:
+    """The copy detector's reference fingerprints, salted and hashed (no code of the reference)."""
+    from autograder.trusted.reference import reference_fingerprints, salted
+
+    salt = os.urandom(16).hex()
+    prints = {name: salted(value, salt) for name, value in reference_fingerprints().items()}
+    return json.dumps({"salt": salt, "functions": prints}, indent=1) + "\n"
+
+
+def pyproject(revealed: tuple[str, ...]) -> str:
+    """The edition's pyproject.toml: the course's dependencies without the instructors' tools."""
+    text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies = \[\n(.*?)^\]", text, re.S | re.M).group(1)
+    lines, comment = [], []
+    for line in block.splitlines():
+        if line.strip().startswith("#"):
+            comment.append(line)
+            continue
+        if not any(f'"{package}' in line for package in INSTRUCTOR_PACKAGES):
+            lines += comment + [line]
+        comment = []
+    python = re.search(r'^requires-python = "(.*)"', text, re.M).group(1)
+    shown = ", ".join(revealed) or "none"
+    return f'''[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "grpo-course-student"
+version = "0.1.0"
+description = "Learn GRPO by building it: the student edition (references revealed: {shown})."
+readme = "README.md"
+requires-python = "{python}"
+license = "Apache-2.0"
+dependencies = [
+{chr(10).join(lines)}
+]
+
+[tool.setuptools.packages.find]
+include = ["course*", "autograder*"]
+
+[tool.setuptools.package-data]
+course = ["checkpoints/**/*"]
+autograder = ["fixtures/*"]
+
+[tool.pytest.ini_options]
+testpaths = ["autograder"]
+'''
+
+
+def readme(revealed: tuple[str, ...]) -> str:
+    rows = "\n".join(f"| {n} | `notebooks/{s.notebook}` | {s.title} | "
+                     f"{'revealed' if s.key in revealed else 'write it yourself'} |"
+                     for n, s in enumerate(REGISTRY, start=1))
+    return f"""# GRPO, one stage at a time: the student edition
+
+You build GRPO (group relative policy optimization) for a tiny language model, one notebook per
+stage, and an autograder checks each function you write.
+
+## Install
+
+    python -m venv .venv && . .venv/bin/activate      # Windows: .venv\\Scripts\\activate
+    pip install -e .
+
+## Work
+
+    jupyter lab notebooks/
+
+Work through the notebooks in order. Each graded function has a self-check cell right below it.
+The support code you may use is in `course/` (the tiny model, the tasks, rollouts, plotting,
+training). The reference of a stage is in `course/` only once your instructor reveals it; until
+then its functions raise `StageNotRevealed`, naming the notebook to write it in.
+
+| stage | notebook | what | reference |
+|---|---|---|---|
+{rows}
+
+Then `notebooks/07_end_to_end.ipynb` trains the whole pipeline (nothing in it is graded).
+
+## Check your work
+
+    pytest autograder                                   # all notebooks in notebooks/
+    pytest autograder -k compute_entropy                # the checks of one function
+    pytest autograder --submission notebooks/02_log_probs.ipynb
+
+This is a PRACTICE grade, and it says so: it judges your functions on the cases stored with this
+autograder (no fresh inputs), and skips, saying why, the few checks that need the reference. Your
+official grade is computed by your instructor (for example on Gradescope), on fresh inputs checked
+against the reference: code that only knows the stored cases earns nothing there.
+Submit your notebooks the way your instructor asks.
+
+## When your instructor reveals a stage
+
+Your instructor gives you a new edition. Keep your notebooks: a new build never overwrites a
+notebook you edited (it stops and says so); copy your notebooks into the new edition's
+`notebooks/`, or ask for the build into a fresh folder.
+"""
+
+
+def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
+                  solutions: Path = REPO_ROOT / "solutions") -> list[Path]:
+    """Write the student edition into `folder` (see the module docstring); returns the notebooks
+    written. Raises ValueError for a folder that cannot hold one or stale stored cases, and
+    `course.manifest.EditedNotebooks` (writing nothing) where a notebook was edited since the last
+    build."""
+    from course.manifest import refuse_if_edited
+    from course.release import generate_release
+
+    check_target(folder)
+    stale = stale_fixtures()
+    if stale:
+        raise ValueError(f"the stored cases {', '.join(stale)} are out of date: run "
+                         "`python -m autograder.fixtures` first")
+    with tempfile.TemporaryDirectory(prefix="grpo_edition_") as tmp:
+        new = {p.name: p.read_bytes() for p in generate_release(solutions, Path(tmp) / "notebooks")}
+        notebooks = folder / "notebooks"
+        removed = [p.name for p in notebooks.glob("*.ipynb") if p.name not in new]
+        refuse_if_edited(notebooks, new, removed, force, ELSEWHERE)  # before anything is written
+
+        staged = Path(tmp) / "edition"
+        stubs = {f"{module.split('.')[1]}.py": stub_module(
+                     (REPO_ROOT / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"), stage)
+                 for stage in REGISTRY if stage.key not in revealed
+                 for module in (stage.module, *stage.helper_modules)}
+        _copy_package("course", staged / "course", stubs)
+        _copy_package("autograder", staged / "autograder", {})
+        (staged / "autograder" / "fixtures" / "fingerprints.json").write_text(fingerprint_file(),
+                                                                           encoding="utf-8")
+        (staged / "README.md").write_text(readme(revealed), encoding="utf-8")
+        (staged / "pyproject.toml").write_text(pyproject(revealed), encoding="utf-8")
+        unrevealed = [s.key for s in REGISTRY if s.key not in revealed]
+        (staged / EDITION_MARKER).write_text(json.dumps(
+            {"revealed": list(revealed), "not_revealed": unrevealed}, indent=1) + "\n", encoding="utf-8")
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in sorted(staged.iterdir()):
+            target = folder / path.name
+            if target.is_dir():
+                shutil.rmtree(target)  # a stage revealed since the last build: its stubs go
+            shutil.move(str(path), target)
+    return write_notebooks(notebooks, new, removed, force, ELSEWHERE)

@@ -1,0 +1,311 @@
+"""The student edition (`python -m course.release --student-edition DIR --reveal 1,2`): it holds no
+code of an unrevealed stage's reference, installs, and grades from stored cases alone (a practice
+grade), where blank notebooks score 0 and the reference scores full marks of what is gradable."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder.trusted.reference import fingerprint, reference_fingerprints
+from course.registry import HOME_MODULES, REGISTRY, STAGE_MODULES, STAGE_NAMED
+from course.release import REPO_ROOT
+from course.release import main as release
+
+REVEALED = ("1_tokenization", "2_scoring")
+UNREVEALED = [name for stage in REGISTRY if stage.key not in REVEALED for name in stage.functions]
+PRACTICE = "PRACTICE grade (stored cases only)"
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("edition") / "grpo"
+    assert release(["--student-edition", str(folder), "--reveal", "1,2"]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def installed(edition, tmp_path_factory) -> Path:
+    """A venv where `pip install -e` put the edition: its python. The venv sees this environment's
+    packages through a .pth file (no downloads), not this checkout's editable install."""
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "course_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # this environment's setuptools builds it where there is one (Python >= 3.12 venvs have none)
+    offline = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    *offline, "-e", str(edition)], check=True, capture_output=True)
+    return python
+
+
+def _code_texts(folder: Path):
+    """(where, source) of every .py file and every code cell of every notebook in `folder`."""
+    for path in sorted(folder.rglob("*.py")):
+        yield str(path), path.read_text(encoding="utf-8")
+    for path in sorted(folder.rglob("*.ipynb")):
+        for number, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                lines = "".join(cell["source"]).splitlines()
+                yield f"{path} cell {number}", "\n".join(
+                    line for line in lines if not line.lstrip().startswith(("%", "!")))
+
+
+def _reference_source(name: str) -> str:
+    return (REPO_ROOT / f"{HOME_MODULES[name].replace('.', '/')}.py").read_text(encoding="utf-8")
+
+
+def _reference_definition(name: str) -> ast.FunctionDef:
+    return next(node for node in ast.walk(ast.parse(_reference_source(name)))
+                if isinstance(node, ast.FunctionDef) and node.name == name)
+
+
+def _distinctive_lines(name: str) -> list[str]:
+    """Lines of the reference's body (no docstring, comment or message text) long enough, and
+    found in no other code of `course` (not `optimizer.zero_grad(...)`): a verbatim copy of any of
+    them in the edition is a leak."""
+    definition = _reference_definition(name)
+    body = definition.body[1:] if isinstance(definition.body[0], ast.Expr) else definition.body
+    own = _reference_source(name).splitlines()
+    others = "\n".join(own[:definition.lineno - 1] + own[definition.end_lineno:] + [
+        path.read_text(encoding="utf-8") for path in sorted((REPO_ROOT / "course").glob("*.py"))
+        if path.stem != HOME_MODULES[name].split(".")[1]])
+    lines = (line.strip() for line in own[body[0].lineno - 1:definition.end_lineno])
+    return [line for line in lines if len(line) >= 30 and line not in others
+            and not line.startswith(("#", '"', "f\"", "raise "))]
+
+
+@pytest.mark.slow
+def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
+    prints = reference_fingerprints()
+    for where, source in _code_texts(edition):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for name in UNREVEALED:
+                    assert fingerprint(node) != prints[name], f"{where}: {node.name} is the reference {name}"
+    blobs = {path: path.read_bytes() for path in edition.rglob("*") if path.is_file()}  # never unpickled
+    for name in UNREVEALED:
+        lines = _distinctive_lines(name)
+        assert len(lines) >= 1, name  # the scan has something to look for
+        for path, data in blobs.items():
+            for line in lines:
+                assert line.encode() not in data, f"{path} holds a line of the reference {name}: {line}"
+    revealed = [name for key in REVEALED for name in STAGE_NAMED[key].functions]
+    for name in revealed:  # the scan finds what is there: the revealed references' own lines
+        assert all(any(line.encode() in data for data in blobs.values()) for line in _distinctive_lines(name))
+    assert not (edition / "solutions").exists() and not (edition / "tests").exists()
+    assert not (edition / "course" / "release.py").exists()
+    assert not (edition / "autograder" / "gradescope.py").exists()
+    # the revealed stages' reference is there, whole; the others are stubs that say what to do
+    for stage in REGISTRY:
+        text = (edition / f"{stage.module.replace('.', '/')}.py").read_text(encoding="utf-8")
+        original = (REPO_ROOT / f"{stage.module.replace('.', '/')}.py").read_text(encoding="utf-8")
+        assert (text == original) == (stage.key in REVEALED), stage.key
+    stubbed = subprocess.run(
+        [sys.executable, "-c", "from course.losses import estimate_kl; estimate_kl(None, None)"],
+        cwd=edition, env={**os.environ, "PYTHONPATH": str(edition)}, capture_output=True, text=True)
+    assert "StageNotRevealed" in stubbed.stderr and "04_policy_gradient_losses.ipynb" in stubbed.stderr
+    assert "wait for the instructor to reveal it" in stubbed.stderr
+
+
+@pytest.mark.slow
+def test_the_copy_detector_ships_salted_hashes_and_still_catches_a_pasted_reference(edition):
+    stored = json.loads((edition / "autograder" / "fixtures" / "fingerprints.json").read_text())
+    dumps = reference_fingerprints()
+    assert set(stored["functions"]) == set(dumps)
+    assert not any(dump in json.dumps(stored) for dump in dumps.values())
+    pasted = ast.unparse(_reference_definition("estimate_kl")).replace("delta", "gap")
+    caught = subprocess.run(
+        [sys.executable, "-c", "import sys; from autograder.trusted.reference import copied_references; "
+                               "print(sorted(copied_references([sys.stdin.read()])))"],
+        input=pasted, cwd=edition, env={**os.environ, "PYTHONPATH": str(edition)},
+        capture_output=True, text=True, check=True)
+    assert caught.stdout.strip() == "['estimate_kl']"
+
+
+def _reference_as_one_file(path: Path) -> Path:
+    """The whole reference as one .py submission (imports between graded modules dropped)."""
+    parts = []
+    for module in dict.fromkeys(m for stage in REGISTRY for m in (*stage.helper_modules, stage.module)):
+        tree = ast.parse((REPO_ROOT / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"))
+        tree.body = [node for node in tree.body if not (
+            isinstance(node, ast.ImportFrom) and (node.module in STAGE_MODULES or node.module == "__future__"))]
+        parts.append(ast.unparse(tree))
+    path.write_text("from __future__ import annotations\n" + "\n\n".join(parts), encoding="utf-8")
+    return path
+
+
+def _grade(python: Path, edition: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
+    results = tmp_path / f"results{len(list(tmp_path.glob('results*')))}.json"
+    run = subprocess.run([python, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
+                          "--results", str(results), *args], cwd=edition, capture_output=True, text=True,
+                         timeout=900)
+    assert results.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(results.read_text()), run.stdout
+
+
+@pytest.mark.slow
+def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(edition, installed, tmp_path):
+    where = subprocess.run([installed, "-c", "import course, autograder; print(course.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(edition)), where  # pip install -e put the edition on the path
+
+    blank, out = _grade(installed, edition, tmp_path)
+    assert blank["score"] == 0 and blank["practice"] is True
+    assert PRACTICE in out and PRACTICE in blank["output"]
+    assert all(t["status"] != "passed" for t in blank["tests"])
+
+    with tempfile.TemporaryDirectory() as readable:  # the worker's own user reads a .py submission
+        os.chmod(readable, 0o755)
+        reference = _reference_as_one_file(Path(readable) / "reference.py")
+        full, out = _grade(installed, edition, tmp_path, "--submission", str(reference), "--allow-reference")
+    graded = [t for t in full["tests"] if t["status"] != "skipped"]
+    skipped = {t["name"]: t["output"] for t in full["tests"] if t["status"] == "skipped"}
+    assert [t["name"] for t in graded if t["status"] != "passed"] == [], out[-4000:]
+    assert full["score"] == sum(t["max_score"] for t in graded) >= 60
+    assert "get_response_log_probs: a bfloat16 model is scored in float32" in skipped
+    assert all("official grade" in why or "cuda" in why for why in skipped.values()), skipped
+    assert full["practice"] is True and PRACTICE in out
+
+    refused = subprocess.run([installed, "-m", "pytest", "autograder", "--official"], cwd=edition,
+                             capture_output=True, text=True)
+    assert refused.returncode == 4 and "stored cases only" in refused.stdout + refused.stderr
+
+
+@pytest.mark.slow
+def test_solution_notebooks_grade_in_the_edition_as_in_the_repository(edition, installed, tmp_path):
+    """The solution notebooks copied in: every check the edition can judge gives the verdict the
+    full repository's stored-only grading gives (full marks where the solutions are complete)."""
+    copy = tmp_path / "grpo"
+    shutil.copytree(edition, copy, ignore=shutil.ignore_patterns("*.egg-info"))
+    for notebook in (REPO_ROOT / "solutions").glob("*.ipynb"):
+        shutil.copyfile(notebook, copy / "notebooks" / notebook.name)
+    in_edition, _ = _grade(sys.executable, copy, tmp_path, "--allow-reference", "--seed", "1")
+    in_repository, _ = _grade(sys.executable, REPO_ROOT, tmp_path, "--submission", str(copy / "notebooks"),
+                              "--allow-reference", "--stored-only", "--seed", "1")
+    verdicts = {t["name"]: (t["status"], t["score"]) for t in in_edition["tests"]}
+    assert verdicts == {t["name"]: (t["status"], t["score"]) for t in in_repository["tests"]}
+    assert in_edition["practice"] is True and in_edition["score"] > 0
+
+
+@pytest.mark.slow
+def test_a_rebuild_never_overwrites_an_edited_notebook(edition, tmp_path, capsys):
+    copy = tmp_path / "grpo"
+    shutil.copytree(edition, copy)
+    notebook = copy / "notebooks" / "03_rewards_and_advantages.ipynb"
+    notebook.write_text(notebook.read_text() + " ", encoding="utf-8")  # a student's edit
+    marker = (copy / "edition.json").read_bytes()
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    shutil.copyfile(REPO_ROOT / "solutions" / notebook.name, solutions / notebook.name)
+    capsys.readouterr()
+    code = release(["--student-edition", str(copy), "--reveal", "1,2,3", "--solutions", str(solutions)])
+    message = capsys.readouterr().err
+    assert code == 1 and notebook.name in message and "--force" in message
+    assert "another --student-edition DIR" in message
+    assert notebook.read_text().endswith(" ") and (copy / "edition.json").read_bytes() == marker
+    assert (copy / "course" / "advantages.py").read_text() != \
+        (REPO_ROOT / "course" / "advantages.py").read_text()  # stage 3 still not revealed: nothing written
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--student-edition", "DIR", "--reveal", "9"], "--reveal"),
+    (["--student-edition", "DIR", "--reveal", "x"], "--reveal"),
+    (["--student-edition", "DIR", "--reveal", "1,,7"], "--reveal"),
+    (["--reveal", "1"], "--reveal"),
+    (["--reveal=all"], "--reveal"),
+    (["--student-edition", "FILE"], "--student-edition"),
+    (["--student-edition", "FULL"], "--student-edition"),
+    (["--student-edition", "DIR", "--html", "out"], "--student-edition"),
+])
+def test_bad_flags_are_usage_errors_naming_the_flag(argv, flag, tmp_path, capsys):
+    (tmp_path / "FILE").write_text("not a folder")
+    (tmp_path / "FULL").mkdir()
+    (tmp_path / "FULL" / "work.txt").write_text("someone's files")
+    argv = [str(tmp_path / a) if a in ("DIR", "FILE", "FULL") else a for a in argv]
+    with pytest.raises(SystemExit) as exited:
+        release(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert flag in error and "Traceback" not in error
+    assert (tmp_path / "FULL" / "work.txt").read_text() == "someone's files"
+    assert not (tmp_path / "DIR").exists()
+
+
+def test_reveal_reads_numbers_keys_all_and_none():
+    from course.edition import parse_reveal
+
+    assert parse_reveal("2,1") == REVEALED
+    assert parse_reveal("1_tokenization, 2") == REVEALED
+    assert parse_reveal("all") == tuple(STAGE_NAMED)
+    assert parse_reveal("none") == parse_reveal("") == ()
+
+
+@pytest.mark.slow
+def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
+    """The same checks on stored cases only (in-process, for speed: the judging is the same): each
+    mutant of tests/test_autograder.py loses its check's points and is named, or its check is one
+    a stored-only grading skips. The train step's mutants are graded once each (slow in-process):
+    two, whose diagnoses need the stored per-row gradients."""
+    import runpy
+
+    from autograder.trusted import checks  # noqa: F401  (registers the checks)
+    from autograder.trusted.core import CHECKS
+    from autograder.trusted.grader import Grader
+
+    sys.path[:0] = [str(REPO_ROOT / "tests"), str(REPO_ROOT / "tests" / "autograder_cases")]
+    try:
+        from test_autograder import MUTANTS
+
+        skipped = []
+        for bug, (function, words, diagnosis) in MUTANTS.items():
+            if function == "grpo_train_step" and bug not in ("per_microbatch_token_norm",
+                                                             "zero_advantage_rows_skipped"):
+                continue
+            namespace = runpy.run_path(str(REPO_ROOT / "tests" / "autograder_cases" / f"mutant_{bug}.py"))
+            grader = Grader(None, namespace=namespace, stored_only=True, seed=5)
+            target = [grader.run_check(c) for c in CHECKS if c.function == function and words in c.name]
+            assert target, bug
+            for result in target:
+                if result["status"] == "skipped":
+                    assert "official grade" in result["output"], (bug, result["output"])
+                    skipped.append(bug)
+                else:
+                    assert result["status"] == "failed" and diagnosis in result["output"], (bug, result)
+        assert skipped == ["half_log_softmax"]  # judged by the official grade only
+    finally:
+        del sys.path[:2]
+
+
+def test_a_stored_only_grading_never_reaches_the_reference():
+    import torch
+
+    from autograder.trusted.checks.common import reference_function, run_reference
+    from autograder.trusted.core import STORED_ONLY, NeedsReference
+
+    logits = {"logits": torch.zeros(1, 2)}
+    token = STORED_ONLY.set(True)
+    try:
+        with pytest.raises(NeedsReference, match="official grade"):
+            run_reference("compute_entropy", logits)
+        with pytest.raises(NeedsReference):
+            reference_function("tokenize_prompt_and_output")
+    finally:
+        STORED_ONLY.reset(token)
+    assert run_reference("compute_entropy", logits).shape == (1,)  # the official grading computes it
