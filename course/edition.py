@@ -197,7 +197,11 @@ stage, and an autograder checks each function you write.
 ## Install
 
     python -m venv .venv && . .venv/bin/activate      # Windows: .venv\\Scripts\\activate
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu   # or your GPU's wheel
     pip install -e .
+
+(The CPU wheel is small; a plain `pip install torch` on Linux fetches the multi-GB CUDA build.
+Any torch the `pyproject.toml` range allows works.)
 
 ## Work
 
