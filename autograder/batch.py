@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=_positive_float, default=600.0,
                         help="seconds one submission's whole grading may take")
     parser.add_argument("--memory-mb", type=_positive_int, default=4096,
-                        help="address-space limit of a submission's worker")
+                        help="address space (MiB) a submission may use beyond the grader's own libraries")
     args = parser.parse_args(argv)
     if not args.dir.is_dir():
         parser.error(f"DIR {args.dir}: no such folder")

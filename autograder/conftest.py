@@ -29,7 +29,7 @@ def pytest_addoption(parser) -> None:
     group.addoption("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     group.addoption("--probe-timeout", type=float, default=30.0,
                     help="seconds a single call into the submission may take")
-    group.addoption("--memory-mb", type=int, default=6144, help="address-space limit of the worker")
+    group.addoption("--memory-mb", type=int, default=6144, help="address space (MiB) the submission may use beyond the grader's libraries")
     group.addoption("--seed", type=int, default=None, help="seed of the fresh inputs (default: random)")
     group.addoption("--official", action="store_true",
                     help="an official grade: refuse to grade unless the sandbox isolates the submission")

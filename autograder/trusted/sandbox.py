@@ -46,12 +46,12 @@ class WorkerError(Exception):
         self.kind = kind
 
 
-def _limit_template(memory_bytes: int | None) -> None:
-    """Before exec (practice mode and bwrap alike): no core dumps, bounded files and memory."""
+def _limit_template() -> None:
+    """Before exec (practice mode and bwrap alike): no core dumps, bounded files. Memory is bounded
+    per child (`_child_limits`), on top of what the template maps: torch's own libraries take
+    0.7 GB of address space in a CPU build and 3.3 GB in a CUDA one, which no fixed limit fits."""
     import ctypes
 
-    if memory_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (CHILD_FILE_BYTES, CHILD_FILE_BYTES))
     with contextlib.suppress(Exception):  # die with the grader (PR_SET_PDEATHSIG = 1)
@@ -92,7 +92,7 @@ class Sandbox:
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=self.log_fd, stderr=self.log_fd, cwd=home,
             env=isolation.environment(home, self.device), pass_fds=(theirs.fileno(),),
-            start_new_session=True, preexec_fn=lambda: _limit_template(self.memory_bytes))
+            start_new_session=True, preexec_fn=_limit_template)
         theirs.close()
         self.control = ours
         from autograder.trusted.reference import course_sources
@@ -263,7 +263,8 @@ class StageClient:
     def death(self, doing: str, tail: str) -> str:
         """How the child ended, in the student's words."""
         status = self.process.status if self.process else self.last_status
-        limit = f" (the limit is {self.memory_mb} MiB)" if self.memory_mb else ""
+        limit = (f" (the limit is {self.memory_mb} MiB beyond the grader's own libraries)"
+                 if self.memory_mb else "")
         if status is None:
             return f"the worker process ended while {doing}"
         if "signal" in status:

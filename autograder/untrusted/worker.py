@@ -197,6 +197,8 @@ def _become_child(control: socket.socket, fds: list, order: dict, limits: dict) 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     for name, value in limits.items():
+        if name == "RLIMIT_AS":  # what the submission may add to what the template has mapped
+            value += _mapped_bytes()
         resource.setrlimit(getattr(resource, name), (value, value))
     if order.get("uid"):
         os.setgroups([])
@@ -205,6 +207,16 @@ def _become_child(control: socket.socket, fds: list, order: dict, limits: dict) 
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     sys.dont_write_bytecode = True
     os.umask(0o077)
+
+
+def _mapped_bytes() -> int:
+    """This process's address space (VmSize), 0 where /proc cannot tell."""
+    try:
+        with open("/proc/self/status", "rb") as handle:
+            line = next(line for line in handle if line.startswith(b"VmSize:"))
+        return int(line.split()[1]) * 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
 
 
 def _processes_of(uid: int, pgid: int) -> list[int]:
