@@ -37,6 +37,11 @@ from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_NAMED, STAGE_O
 class StageNotWritten(RuntimeError):
     """A stage the learner has not written and whose reference is not available."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What Jupyter shows when this is raised in a cell: the message, without a traceback
+        (IPython's hook; its message says everything the learner can act on)."""
+        return [f"StageNotWritten: {self}"]
+
 
 @dataclass
 class Implementations:
@@ -66,12 +71,21 @@ def _is_unwritten(statement_source: str, name: str) -> bool:
 
 
 def _reference(name: str) -> Callable | None:
-    """The reference of `name`, or None where it is not available (a stub in a student edition)."""
-    function = getattr(importlib.import_module(HOME_MODULES[name]), name, None)
+    """The reference of `name`, or None where it is not available: a stub in a student edition,
+    or the learner's own function that `stand_in_for_stubs` put in the stub's place (a function
+    defined outside `name`'s home module is never its reference)."""
+    home = HOME_MODULES[name]
+    function = getattr(importlib.import_module(home), name, None)
     if function is None or getattr(function, "__grader_stub__", None) or \
-            getattr(function, "__unrevealed__", False):
+            getattr(function, "__unrevealed__", False) or getattr(function, "__module__", None) != home:
         return None
     return function
+
+
+def missing_references(names: tuple[str, ...] = GRADED_FUNCTIONS) -> tuple[str, ...]:
+    """The graded functions among `names` whose reference is not here (none in the full course;
+    in a student edition, those of the stages not revealed)."""
+    return tuple(name for name in names if _reference(name) is None)
 
 
 def _execute(unit: dict, problems: list[str]) -> dict:

@@ -1,6 +1,12 @@
-"""course.implementations: the learner's own stages, read from notebooks, run a training loop."""
+"""course.implementations: the learner's own stages, read from notebooks, run a training loop;
+course.reference_run: the reference's run of notebook 07, recorded for student editions."""
 
 from __future__ import annotations
+
+import ast
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -8,14 +14,18 @@ import torch
 
 import course
 import course.advantages
+import course.reference_run
 from course.implementations import (
     StageNotWritten,
     earlier_stages,
     load_implementations,
+    missing_references,
     reference_implementations,
+    stand_in_for_stubs,
 )
+from course.reference_run import NOTEBOOK_RUN, RECORDED, compared_fields, recorded_reference_run
 from course.registry import GRADED_FUNCTIONS
-from course.train import TrainConfig, main, train
+from course.train import TrainConfig, edition_notebooks, main, train
 
 ROOT = course.advantages.__file__.rsplit("/course/", 1)[0]
 # two steps of 4 problems x 4 samples: enough for groups with mixed rewards, so the weights move
@@ -139,3 +149,90 @@ def test_an_unrevealed_earlier_stage_is_the_learners_own(tmp_path, monkeypatch):
         earlier_stages("6_train_step", tmp_path)
     with pytest.raises(ValueError, match="stage must be one of"):
         earlier_stages("7_end_to_end", tmp_path)
+
+
+def test_a_stand_in_for_a_stub_is_the_learners_never_the_reference(tmp_path, monkeypatch):
+    """Once the learner's function stands where a stub stood (an edition's unrevealed stage), the
+    module holds a function, but not the reference: asked again, the origin is still "yours"."""
+    name = "compute_group_normalized_rewards"
+
+    def stub(*args, **kwargs):
+        raise RuntimeError("not revealed")
+
+    stub.__grader_stub__ = name
+    for module in (course, course.advantages):
+        monkeypatch.setattr(module, name, stub)
+    assert missing_references() == (name,)
+    write_notebook(tmp_path, "03.ipynb", f'def {name}(*args, **kwargs):\n    return "mine"')
+    first = earlier_stages("4_losses", tmp_path)
+    assert course.advantages.compute_group_normalized_rewards() == "mine"  # stood in
+    again = earlier_stages("4_losses", tmp_path)
+    assert again.origins[name] == first.origins[name] == "yours (03.ipynb)"
+    assert missing_references() == (name,)
+    assert stand_in_for_stubs({name: first[name]}) == []  # nothing left to stand in for
+
+
+def test_the_full_course_misses_no_reference_and_stage_not_written_reads_in_one_line():
+    assert missing_references() == ()
+    # what Jupyter shows for it (IPython's _render_traceback_ hook): the message, no traceback
+    error = StageNotWritten("finish 03_rewards_and_advantages.ipynb")
+    assert error._render_traceback_() == ["StageNotWritten: finish 03_rewards_and_advantages.ipynb"]
+
+
+def test_course_train_finds_an_editions_notebooks_or_names_the_flag(tmp_path):
+    missing = ("estimate_kl", "compute_rollout_rewards")
+    with pytest.raises(ValueError, match=r"stage 3_advantages, 4_losses .*give --notebooks DIR"):
+        edition_notebooks(missing, tmp_path)  # no edition here
+    (tmp_path / "edition.json").write_text("{}")
+    (tmp_path / "notebooks").mkdir()
+    with pytest.raises(ValueError, match="holds no notebooks: give --notebooks"):
+        edition_notebooks(missing, tmp_path)
+    write_notebook(tmp_path / "notebooks", "03.ipynb", "x = 1")
+    assert edition_notebooks(missing, tmp_path) == tmp_path / "notebooks"
+
+
+def _notebook_config() -> dict:
+    """The keyword arguments of notebook 07's TrainConfig(...), as literals (device aside)."""
+    notebook = nbformat.read(Path(ROOT) / "solutions" / "07_end_to_end.ipynb", 4)
+    source = next(c.source for c in notebook.cells if c.id == "07_train")
+    call = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "TrainConfig")
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "device"}
+
+
+def test_the_recorded_reference_run_is_notebook_07s_run():
+    assert replace(TrainConfig(), **_notebook_config()) == NOTEBOOK_RUN
+    recorded = json.loads(RECORDED.read_text())
+    assert recorded["config"] == compared_fields(NOTEBOOK_RUN)
+    assert "torch" in recorded["machine"] and "CPUs" in recorded["machine"]
+    summary, records = recorded_reference_run(replace(NOTEBOOK_RUN, device="cuda"))  # any device
+    assert [r["step"] for r in records] == list(range(1, 61))
+    evaluated = [r["step"] for r in records if "heldout_accuracy_greedy" in r]
+    assert evaluated == [20, 40, 60] and records[-1]["heldout_accuracy_sampled"] == summary["accuracy_after"]
+    assert summary["implementations"] == "reference"
+    with pytest.raises(ValueError, match=r"steps=100 \(recorded: 60\)"):
+        recorded_reference_run(replace(NOTEBOOK_RUN, steps=100))
+
+
+def test_the_recorded_reference_run_is_still_what_the_reference_trains(tmp_path):
+    """Its first steps, trained again here (held-out evaluation does not touch the training's
+    randomness, so a small one will do): the same rollouts and the same first update, up to the
+    float noise of another machine. A change to the loop or the stages makes it stale."""
+    recorded = json.loads(RECORDED.read_text())["records"]
+    train(replace(NOTEBOOK_RUN, steps=2, eval_problems=2, eval_samples=1, eval_every=0), tmp_path,
+          progress=False)
+    again = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for now, then in zip(again, recorded[:2]):
+        for key in ("reward_mean", "format_reward_mean", "answer_reward_mean"):
+            assert abs(now[key] - then[key]) <= 2 / 64, (key, now[key], then[key])  # 2 samples of 64
+        assert abs(now["response_length"] - then["response_length"]) <= 0.25
+    assert again[0]["gradient_norm"] == pytest.approx(recorded[0]["gradient_norm"], rel=1e-2)
+
+
+def test_recording_needs_every_reference(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(course.reference_run, "missing_references", lambda: ("estimate_kl",))
+    with pytest.raises(SystemExit) as exit_info:
+        course.reference_run.main(["--out", str(tmp_path / "run.json")])
+    assert exit_info.value.code == 2
+    assert "estimate_kl is not here" in capsys.readouterr().err
+    assert not (tmp_path / "run.json").exists()

@@ -8,6 +8,8 @@
   and the blank release zero; `pytest autograder --submission solutions` grades every function
   and finds each a pasted copy of the reference (solutions/ is `course`, text for text);
 - the notebooks' nbgrader metadata is what nbgrader and the autograder rely on;
+- no notebook calls the reference of its own stage, and one that imports an earlier stage from
+  `course` rebinds it with `earlier_stages` (a student edition stubs unrevealed references);
 - every notebook teaches the same way: a predict-then-run question, a common-mistakes cell that is
   what `course.mistakes` writes from the autograder's checks, a recap, arXiv references, code lines
   of at most 88 characters, plot text of 10 pt and up with labelled y-axes;
@@ -21,6 +23,7 @@ dependencies.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -37,6 +40,7 @@ from nbclient import NotebookClient
 
 import course
 from course.mistakes import CHECKS_DIR, TAG, stale_notebooks, write_sections
+from course.registry import REGISTRY
 from course.release import ASSIGNMENT, nbgrader_environment, stale_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -191,6 +195,28 @@ def test_notebook_reads_well(name):
     setup = next(c for c in code_cells(notebook) if "import matplotlib" in c.source)
     assert "use_course_style()" in setup.source, f"{name}: plots not in the course style"
     assert "SPEC" not in json.dumps(notebook), f"{name} mentions SPEC"
+
+
+@pytest.mark.parametrize("stage", REGISTRY, ids=lambda stage: stage.key)
+def test_a_notebook_runs_on_earlier_stages_never_on_its_own_reference(stage):
+    """A student edition stubs the reference of every stage it has not revealed. So a notebook
+    never imports its own stage's graded functions from `course` (a prediction's answer is
+    computed another way), and the earlier stages it imports from `course` are rebound, after
+    the import, by `earlier_stages(<its stage>)`: the learner's own where not revealed."""
+    own = set(stage.functions)
+    earlier = {name for s in REGISTRY[:REGISTRY.index(stage)] for name in s.functions}
+    imports_earlier, binds = [], []
+    for index, cell in enumerate(code_cells(nbformat.read(SOLUTIONS / stage.notebook, 4))):
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "course":
+                names = {alias.name for alias in node.names}
+                assert not names & own, f"{stage.notebook} cell {cell.id} imports {names & own}"
+                imports_earlier += [index] if names & earlier else []
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "earlier_stages":
+                assert ast.literal_eval(node.args[0]) == stage.key, (stage.notebook, cell.id)
+                binds.append(index)
+    assert bool(binds) == bool(imports_earlier), (stage.notebook, imports_earlier, binds)
+    assert not imports_earlier or min(binds) > min(imports_earlier), stage.notebook
 
 
 def test_common_mistakes_cells_are_current():

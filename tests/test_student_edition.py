@@ -1,6 +1,8 @@
 """The student edition (`python -m course.release --student-edition DIR --reveal 1,2`): it holds no
 code of an unrevealed stage's reference, installs, and grades from stored cases alone (a practice
-grade), where blank notebooks score 0 and the reference scores full marks of what is gradable."""
+grade), where blank notebooks score 0 and the reference scores full marks of what is gradable.
+Its notebooks and `python -m course.train` run on the learner's own stages where a stage is not
+revealed (real kernels, nbclient), and notebook 07 compares with the recorded reference run."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,9 +18,12 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from autograder.trusted.reference import fingerprint, reference_fingerprints
+from course.reference_run import RECORDED
 from course.registry import HOME_MODULES, REGISTRY, STAGE_MODULES, STAGE_NAMED
 from course.release import REPO_ROOT
 from course.release import main as release
@@ -49,6 +55,45 @@ def installed(edition, tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                     *offline, "-e", str(edition)], check=True, capture_output=True)
     return python
+
+
+def _copy_edition(edition: Path, tmp_path: Path, *solutions: str) -> Path:
+    """A copy of `edition` whose notebooks `solutions` (file names) are the solution notebooks:
+    the learner's finished work; the other notebooks stay blank."""
+    copy = tmp_path / "grpo"
+    shutil.copytree(edition, copy, ignore=shutil.ignore_patterns("*.egg-info"))
+    for name in solutions:
+        shutil.copyfile(REPO_ROOT / "solutions" / name, copy / "notebooks" / name)
+    return copy
+
+
+def _execute(edition: Path, name: str, tmp_path: Path, monkeypatch, until: str | None = None):
+    """Run the edition's notebook `name` (up to and with the cell `until`) in a real kernel of
+    this interpreter that imports the edition's `course` first, in notebooks/ as a learner does.
+    Returns the executed notebook; a failing cell leaves an error output, not an exception."""
+    spec = tmp_path / "jupyter" / "kernels" / "edition"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "the edition", "language": "python", "env": {"PYTHONPATH": str(edition)}}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend
+    notebook = nbformat.read(edition / "notebooks" / name, 4)
+    if until is not None:
+        notebook.cells = notebook.cells[:[c.id for c in notebook.cells].index(until) + 1]
+    NotebookClient(notebook, timeout=600, kernel_name="edition", allow_errors=True,
+                   resources={"metadata": {"path": str(edition / "notebooks")}}).execute()
+    return notebook
+
+
+def _printed(notebook, cell_id: str) -> str:
+    cell = next(c for c in notebook.cells if c.id == cell_id)
+    return "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
+
+
+def _errors(notebook) -> list[str]:
+    return [f"{cell.id}: {out.ename}: {out.evalue}" for cell in notebook.cells
+            for out in cell.get("outputs", []) if out.output_type == "error"]
 
 
 def _code_texts(folder: Path):
@@ -309,3 +354,68 @@ def test_a_stored_only_grading_never_reaches_the_reference():
     finally:
         STORED_ONLY.reset(token)
     assert run_reference("compute_entropy", logits).shape == (1,)  # the official grading computes it
+
+
+LEARNERS_WORK = ("03_rewards_and_advantages.ipynb", "04_policy_gradient_losses.ipynb",
+                 "05_loss_normalization.ipynb", "06_train_step.ipynb", "07_end_to_end.ipynb")
+
+
+@pytest.mark.slow
+def test_notebooks_06_and_07_run_on_the_learners_stages_where_not_revealed(edition, tmp_path,
+                                                                          monkeypatch):
+    """Stages 1-2 revealed, 01-02 blank, 03-07 the learner's finished work: notebook 06 binds the
+    reference of stages 1-2 and the learner's stages 3-5, says so, and runs to the end (its
+    self-check too); notebook 07 trains the learner's stages and, the reference of stages 3-6
+    being absent, compares with the recorded reference run."""
+    copy = _copy_edition(edition, tmp_path, *LEARNERS_WORK)
+    assert (copy / "course" / "checkpoints" / "reference_run.json").read_bytes() == RECORDED.read_bytes()
+    step = _execute(copy, "06_train_step.ipynb", tmp_path, monkeypatch)
+    assert _errors(step) == []
+    table = {line.split()[1]: line for line in _printed(step, "06_earlier").splitlines()}
+    for stage in REGISTRY[:5]:
+        for name in stage.functions:
+            whose = "reference (course." if stage.key in REVEALED else f"yours ({stage.notebook})"
+            assert whose in table[name], table
+    assert re.search(r"grpo_train_step: (\d+)/\1 points", _printed(step, "06_train_step_check"))
+
+    end_to_end = _execute(copy, "07_end_to_end.ipynb", tmp_path, monkeypatch)
+    assert _errors(end_to_end) == []
+    printed = _printed(end_to_end, "07_train")
+    assert "yours (06_train_step.ipynb)" in printed and "reference (course.get_response_log_probs" in printed
+    assert "reference (recorded): held-out accuracy, greedy" in printed
+    assert "reference: held-out" not in printed  # no live "reference" run on the learner's stand-ins
+
+
+@pytest.mark.slow
+def test_notebook_02_names_notebook_01_when_stage_1_is_neither_written_nor_revealed(tmp_path,
+                                                                                   monkeypatch):
+    folder = tmp_path / "bare"
+    assert release(["--student-edition", str(folder), "--reveal", "none"]) == 0
+    notebook = _execute(folder, "02_log_probs.ipynb", tmp_path, monkeypatch, until="nb2_predict_reveal")
+    assert _errors(notebook) == []  # a message, not a traceback
+    message = _printed(notebook, "nb2_earlier")
+    assert "finish 01_tokenization.ipynb" in message and "reveal stage 1_tokenization" in message
+    assert "nats" in _printed(notebook, "nb2_predict_reveal")  # what needs no stage 1 still runs
+
+
+@pytest.mark.slow
+def test_course_train_in_an_edition_trains_with_its_notebooks(edition, tmp_path):
+    copy = _copy_edition(edition, tmp_path)
+    command = [sys.executable, "-m", "course.train", "--out", str(tmp_path / "run"), "--steps", "1",
+               "--prompts-per-step", "2", "--group-size", "2", "--eval-problems", "2",
+               "--eval-samples", "1", "--eval-every", "0"]
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    shutil.move(copy / "notebooks", tmp_path / "aside")
+    refused = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "give --notebooks DIR" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "run").exists()
+    shutil.move(tmp_path / "aside", copy / "notebooks")
+    for name in LEARNERS_WORK[:4]:
+        shutil.copyfile(REPO_ROOT / "solutions" / name, copy / "notebooks" / name)
+    trained = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "has not revealed stage 3_advantages, 4_losses, 5_aggregation, 6_train_step" in trained.stdout
+    origins = json.loads((tmp_path / "run" / "summary.json").read_text())["implementations"]
+    assert origins["grpo_train_step"] == "yours (06_train_step.ipynb)"
+    assert origins["estimate_kl"] == "yours (04_policy_gradient_losses.ipynb)"
+    assert origins["tokenize_prompt_and_output"].startswith("reference (course.")

@@ -1,0 +1,90 @@
+"""The reference's run of notebook 07, recorded: the curve to compare with where the reference
+cannot run (a student edition).
+
+    python -m course.reference_run        # instructors: writes course/checkpoints/reference_run.json
+
+Notebook 07 trains with the learner's stages, then with the reference on the same seed, and plots
+the two. A student edition ships the reference of the revealed stages only, so there the second
+run cannot happen; this file holds it instead: the per-step records and the summary of
+`NOTEBOOK_RUN` (the notebook's TrainConfig, seed 0, 60 steps) trained on CPU by the reference,
+with the machine and torch version that made it. `course.edition` ships it with the checkpoints.
+A run on another machine, torch version or device samples the same tokens only while the floats
+agree to the last digits, so a learner's correct stages match the recorded curve up to the noise
+of sampling, not digit for digit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from course.implementations import missing_references
+from course.train import TrainConfig, train
+
+RECORDED = Path(__file__).parent / "checkpoints" / "reference_run.json"
+NOTEBOOK_RUN = TrainConfig(steps=60, eval_every=20, eval_problems=200, eval_samples=2, seed=0)
+# where a run happens, not what it computes: a recorded CPU run stands for a GPU run too
+NOT_COMPARED = ("checkpoint", "device", "threads")
+
+
+def compared_fields(config: TrainConfig) -> dict:
+    """The fields of `config` that decide the run (all but `NOT_COMPARED`)."""
+    return {key: value for key, value in asdict(config).items() if key not in NOT_COMPARED}
+
+
+def record(path: Path = RECORDED, progress: bool = True) -> dict:
+    """Train `NOTEBOOK_RUN` on CPU with the reference of every stage and write its records and
+    summary to `path`. Raises RuntimeError where some stage's reference is not here."""
+    missing = missing_references()
+    if missing:
+        raise RuntimeError(f"the reference of {', '.join(missing)} is not here (a student "
+                           "edition?): record the reference run in the full course")
+    config = replace(NOTEBOOK_RUN, device="cpu")
+    with tempfile.TemporaryDirectory(prefix="grpo_reference_run_") as folder:
+        summary = train(config, Path(folder), progress=progress)
+        lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
+    summary.pop("config")
+    recorded = {"made_by": "python -m course.reference_run", "machine": summary.pop("machine"),
+                "config": compared_fields(config), "summary": summary,
+                "records": [json.loads(line) for line in lines]}
+    path.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
+    return recorded
+
+
+def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[dict, list[dict]]:
+    """(summary, records) of the recorded reference run, as `course.train.train` returns and
+    writes them. Raises ValueError naming the fields where `config` is not the recorded run's
+    (its device, checkpoint folder and threads aside)."""
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    wanted = compared_fields(config)
+    differ = [f"{key}={wanted[key]!r} (recorded: {recorded['config'].get(key)!r})"
+              for key in wanted if recorded["config"].get(key) != wanted[key]]
+    if differ:
+        raise ValueError(f"the recorded reference run is another run: {', '.join(differ)}")
+    summary = {**recorded["summary"], "machine": recorded["machine"]}
+    return summary, recorded["records"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course.reference_run",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=RECORDED,
+                        help=f"where to write the recorded run (default: {RECORDED})")
+    args = parser.parse_args(argv)
+    if not args.out.parent.is_dir():
+        parser.error(f"argument --out: {args.out.parent} is not a folder")
+    try:
+        recorded = record(args.out)
+    except RuntimeError as error:
+        parser.error(str(error))
+    summary = recorded["summary"]
+    print(f"wrote {args.out}: {len(recorded['records'])} steps on {recorded['machine']}; sampled "
+          f"accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
