@@ -59,7 +59,7 @@ class Implementations:
         return "\n".join(lines + [f"note: {problem}" for problem in self.problems])
 
 
-def _is_unwritten(statement_source: str, name: str) -> bool:
+def is_unwritten(statement_source: str, name: str) -> bool:
     """True when `name`'s definition is the release's stub: a docstring, then only a raise of
     NotImplementedError (comments such as `# YOUR CODE HERE` are not statements)."""
     for node in ast.parse(statement_source).body:
@@ -139,7 +139,7 @@ def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_
         index = submission.providers.get(name)
         unit = submission.units[index] if index is not None else None
         source = next((s for _, s in unit["statements"] if f"def {name}(" in s), None) if unit else None
-        if source is not None and name in namespaces[index] and not _is_unwritten(source, name):
+        if source is not None and name in namespaces[index] and not is_unwritten(source, name):
             functions[name], origins[name] = namespaces[index][name], f"yours ({unit['name']})"
             continue
         reference = _reference(name)

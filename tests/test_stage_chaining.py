@@ -89,6 +89,16 @@ def test_a_student_edition_runs_a_later_stage_on_the_students_own_earlier_ones(t
     output = next(t["output"] for t in results["tests"] if t["name"] == TRAIN_STEP_VALUE)
     assert "StageNotRevealed" not in output  # not a stub: the student's own stage 3
 
+    # Stage 3 not written yet (the release's blank notebook): the stub's message names the notebook.
+    shutil.copyfile(REPO_ROOT / "notebooks" / "03_rewards_and_advantages.ipynb",
+                    edition / "notebooks" / "03_rewards_and_advantages.ipynb")
+    subprocess.run([sys.executable, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
+                    "--allow-reference", "--seed", "1", "--results", str(results_path),
+                    "-k", "grpo_train_step"], cwd=edition, capture_output=True, text=True, timeout=900)
+    blank = json.loads(results_path.read_text())
+    output = next(t["output"] for t in blank["tests"] if t["name"] == TRAIN_STEP_VALUE)
+    assert "not revealed yet" in output and "03_rewards_and_advantages.ipynb" in output, output
+
     # The same notebooks with stage 3 fixed (the solution's): every train-step check passes there.
     shutil.copyfile(REPO_ROOT / "solutions" / "03_rewards_and_advantages.ipynb",
                     edition / "notebooks" / "03_rewards_and_advantages.ipynb")
