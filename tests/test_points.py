@@ -131,6 +131,26 @@ def test_without_fork_the_data_parallel_check_is_skipped_and_says_so(monkeypatch
     assert "SKIP" in capsys.readouterr().out
 
 
+# --- points per cell from the registry ----------------------------------------------------------
+
+def test_the_release_takes_the_points_from_the_registry_not_the_solutions(tmp_path):
+    """A solution notebook whose check cells drifted (10 points each, the old scale) is released
+    with the registry's points: the release cannot drift from `pytest autograder`."""
+    from course.release import generate_release
+
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    notebook = nbformat.read(SOLUTIONS / FAST[0], as_version=4)
+    for cell in notebook.cells:
+        if nbgrader_meta(cell).get("grade"):
+            cell.metadata.nbgrader.points = 10
+    nbformat.write(notebook, solutions / FAST[0])
+    (released,) = generate_release(solutions, tmp_path / "release")
+    points = {cell.source.split('"')[1]: nbgrader_meta(cell)["points"]
+              for cell in nbformat.read(released, as_version=4).cells if nbgrader_meta(cell).get("grade")}
+    assert points == {name: POINTS[name] for name in STAGES[STAGE_OF_NOTEBOOK[FAST[0]]]}
+
+
 # --- the data-parallel check in a real kernel ----------------------------------------------------
 
 def _check_cell(notebook) -> nbformat.NotebookNode:
