@@ -31,7 +31,6 @@ CHECKS_DIR = REPO_ROOT / "autograder" / "trusted" / "checks"
 TAG = "common-mistakes"
 HOLE = "…"  # what a formatted value {x} of a message becomes
 MIN_WORDS = 4  # a Fail message with fewer literal words is a wrapper, not a diagnosis
-NOT_DIAGNOSES = ("runs only under",)  # Fail messages about where a check runs, not about the code
 
 
 @dataclass
@@ -117,8 +116,7 @@ def _collect_calls(function: ast.FunctionDef, entry: Diagnoses) -> None:
                 entry.mistakes.append(pair)
         elif call.func.id == "Fail" and texts and texts[0] is not None:
             message = _tidy(texts[0])
-            if len(re.findall(r"[A-Za-z]{2,}", message)) >= MIN_WORDS and message not in entry.failures \
-                    and not message.startswith(NOT_DIAGNOSES):
+            if len(re.findall(r"[A-Za-z]{2,}", message)) >= MIN_WORDS and message not in entry.failures:
                 entry.failures.append(message)
 
 

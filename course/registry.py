@@ -2,7 +2,9 @@
 
 Each stage is one notebook and one `course` module; each graded function belongs to one stage and
 is worth the sum of its autograder checks' points (tests/test_registry.py holds the two equal, so a
-check added without its points here fails a test, and nbgrader cells can use the same scale).
+check added without its points here fails a test). The same points are the nbgrader `points` of the
+function's self-check cell (`course.release` sets them), so `nbgrader autograde` and `pytest
+autograder` grade on one scale, with the same maximum on every device.
 The order of `REGISTRY` is the order a learner builds them in: a later stage may call the reference
 of an earlier one, never its own.
 """
@@ -31,7 +33,7 @@ REGISTRY: tuple[Stage, ...] = (
     Stage("1_tokenization", "Tokenization", "01_tokenization.ipynb", "course.tokenization",
           {"tokenize_prompt_and_output": 6}),
     Stage("2_scoring", "Log-probabilities and entropy", "02_log_probs.ipynb", "course.scoring",
-          {"compute_entropy": 4, "get_response_log_probs": 8}),
+          {"compute_entropy": 4, "get_response_log_probs": 7}),
     Stage("3_advantages", "Rewards and group-normalized advantages",
           "03_rewards_and_advantages.ipynb", "course.advantages",
           {"compute_rollout_rewards": 3, "compute_group_normalized_rewards": 7}),

@@ -8,7 +8,10 @@
                                           # (course.edition): the reference of revealed stages only
 
 First it rewrites the "Common mistakes" cell of every solution notebook from the autograder's
-checks (`course.mistakes`), so one command brings both up to date after the checks change.
+checks (`course.mistakes`), and sets the nbgrader `points` of every self-check cell to its
+function's points in `course.registry` (`registry_points`), so one command brings both up to date
+after the checks change; the release sets those points on its own copies too, so it cannot drift
+from the autograder's scale.
 It never overwrites (or deletes) a notebook in notebooks/ that was edited since the release wrote
 it, such as a student's answers: it writes nothing, names them and says how to proceed
 (`course.manifest`, which records what each release wrote in notebooks/.release-manifest.json).
@@ -28,14 +31,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import nbformat
+
 from course.manifest import EditedNotebooks, write_notebooks
 from course.mistakes import stale_notebooks, write_sections
+from course.registry import POINTS, STAGES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "grpo"  # the nbgrader assignment id the release, the tests and instructors share
@@ -84,6 +91,40 @@ def solution_notebooks(solutions_dir: Path) -> list[Path]:
     return notebooks
 
 
+SELF_CHECKED = re.compile(r'self_check\(\s*"(\w+)"')  # the function (or stage) a check cell grades
+
+
+def registry_points(notebook: nbformat.NotebookNode) -> bool:
+    """Set the nbgrader `points` of each self-check cell of `notebook` to what `pytest autograder`
+    gives its function (`course.registry.POINTS`; a stage key: the stage's sum); True if any changed."""
+    changed = False
+    for cell in notebook.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or meta.get("solution"):
+            continue
+        names = SELF_CHECKED.findall(cell.source)
+        if len(names) != 1 or not (names[0] in POINTS or names[0] in STAGES):
+            raise ValueError(f"check cell {meta.get('grade_id')!r} must run self_check on one graded "
+                             f"function or stage, runs it on {names}")
+        points = sum(POINTS[name] for name in STAGES.get(names[0], names))
+        if meta.get("points") != points:
+            meta["points"] = points
+            changed = True
+    return changed
+
+
+def write_registry_points(notebooks: list[Path], write: bool = True) -> list[Path]:
+    """The notebooks whose check cells' points differ from the registry (rewritten when `write`)."""
+    stale = []
+    for path in notebooks:
+        notebook = nbformat.read(path, as_version=4)
+        if registry_points(notebook):
+            stale.append(path)
+            if write:
+                nbformat.write(notebook, path)
+    return stale
+
+
 def generate_release(solutions_dir: Path, output_dir: Path) -> list[Path]:
     """Write nbgrader's student version of every notebook in `solutions_dir` into `output_dir`.
 
@@ -97,6 +138,7 @@ def generate_release(solutions_dir: Path, output_dir: Path) -> list[Path]:
         source.mkdir(parents=True)
         for notebook in notebooks:
             shutil.copyfile(notebook, source / notebook.name)
+        write_registry_points([source / notebook.name for notebook in notebooks])
         run_nbgrader(["generate_assignment", ASSIGNMENT, "--force"], course_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         written = []
@@ -191,15 +233,20 @@ def main(argv: list[str] | None = None) -> int:
         stale_cells = stale_notebooks(args.solutions)
         for name in stale_cells:
             print(f"out of date: {args.solutions / name} (its common-mistakes cell)")
+        stale_points = write_registry_points(solution_notebooks(args.solutions), write=False)
+        for path in stale_points:
+            print(f"out of date: {path} (its check cells' points)")
         stale = stale_files(args.solutions, args.notebooks)
         for name in stale:
             print(f"out of date: {args.notebooks / name}")
-        current = not stale and not stale_cells
+        current = not stale and not stale_cells and not stale_points
         print("solutions/ and notebooks/ are up to date" if current else "run `python -m course.release`")
         return 0 if current else 1
 
     for path in write_sections(args.solutions):
         print(f"wrote {path} (its common-mistakes cell)")
+    for path in write_registry_points(solution_notebooks(args.solutions)):
+        print(f"wrote {path} (its check cells' points, from course.registry)")
     with tempfile.TemporaryDirectory(prefix="grpo_release_new_") as tmp:
         new = {p.name: p.read_bytes() for p in generate_release(args.solutions, Path(tmp))}
     # released notebooks whose solution is gone go too; README.md and anything else stay

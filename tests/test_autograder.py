@@ -138,8 +138,8 @@ def test_mutant_collection_is_large_enough():
 
 def test_every_cpu_check_is_the_target_of_a_mutant():
     """The project rule: every check catches at least one buggy implementation in tests/. The list
-    is the grader's own registry. Exempt: the cuda-only check (chunked scoring's peak GPU memory),
-    which cannot run on the CPU CI machine."""
+    is the grader's own registry. Exempt: cuda-only checks, which cannot run on the CPU CI machine
+    (none today: the peak-GPU-memory bound is part of the any-device saved-bytes check)."""
     import autograder.trusted.checks  # noqa: F401  (registers the checks)
     from autograder.trusted.core import CHECKS
 
@@ -364,23 +364,3 @@ def test_solution_notebooks_are_the_reference_and_release_notebooks_zero():
     assert "--allow-reference" in checked["isolation"]
     assert release["score"] == 0 and release["max_score"] == solutions["max_score"]
     assert not solutions["load_failure"] and not release["load_failure"]
-
-
-def test_self_check_runs_in_process_and_raises_listing_failures(capsys):
-    import sys as _sys
-
-    from autograder.selfcheck import self_check
-
-    _sys.path.insert(0, str(CASES))
-    try:
-        from _impl import build
-    finally:
-        _sys.path.remove(str(CASES))
-    summary = self_check("3_advantages", build())
-    assert summary.score == summary.max_score > 0
-    with pytest.raises(AssertionError, match="std-normalized"):
-        self_check("compute_group_normalized_rewards", build("biased_std"))
-    assert "biased std" in capsys.readouterr().out
-    import course
-    with pytest.raises(AssertionError, match="values match"):
-        self_check("compute_entropy", {"compute_entropy": course.compute_entropy})

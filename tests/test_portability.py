@@ -24,7 +24,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"
-# checks that cannot run in-process (they start data-parallel processes) or need a GPU
+# the data-parallel check forks ranks: slow to repeat under every setting here, and its own
+# floats are the single-process ones (tests/test_points.py runs it in a kernel)
 IN_PROCESS_EXEMPT = "data-parallel"
 
 

@@ -6,6 +6,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import course
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from autograder.trusted.core import CHECKS
@@ -47,3 +49,40 @@ def test_each_notebook_self_checks_exactly_its_stages_functions():
         for stage in REGISTRY:
             checked = _self_checked(ROOT / folder / stage.notebook)
             assert checked == list(stage.functions), (folder, stage.notebook, checked)
+
+
+def test_every_check_counts_on_every_device():
+    """One maximum everywhere: no check is CUDA-only (the peak-GPU-memory bound rides on the
+    any-device saved-bytes check), so a CPU grading, a GPU grading and a self-check agree."""
+    assert [check.name for check in CHECKS if check.needs_cuda] == []
+    assert sum(POINTS.values()) == 66
+
+
+def test_solution_check_cells_carry_the_registry_points():
+    """nbgrader's points per self-check cell are the autograder's points for its function, so
+    `nbgrader autograde` and `pytest autograder` grade on one scale (course.release sets them)."""
+    for stage in REGISTRY:
+        notebook = json.loads((ROOT / "solutions" / stage.notebook).read_text(encoding="utf-8"))
+        points = {}
+        for cell in notebook["cells"]:
+            meta = cell["metadata"].get("nbgrader", {})
+            if meta.get("grade") and not meta.get("solution"):
+                (name,) = re.findall(r'self_check\(\s*"([^"]+)"', "".join(cell["source"]))
+                points[name] = meta["points"]
+        assert points == stage.functions, (stage.notebook, points)
+
+
+def test_the_release_sets_the_registry_points_on_drifted_cells():
+    import nbformat
+
+    from course.release import registry_points
+
+    notebook = nbformat.read(ROOT / "solutions" / REGISTRY[1].notebook, as_version=4)
+    cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    for cell in cells:
+        cell.metadata.nbgrader.points = 10
+    assert registry_points(notebook) and not registry_points(notebook)
+    assert [c.metadata.nbgrader.points for c in cells] == list(REGISTRY[1].functions.values())
+    cells[0].source = 'self_check("not_a_function", globals())'
+    with pytest.raises(ValueError, match="not_a_function"):
+        registry_points(notebook)

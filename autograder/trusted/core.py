@@ -57,7 +57,7 @@ class Check:
     run: Callable
     needs_cuda: bool = False
     paid_with: str | None = None  # title of the check of the same function this one is paid with
-    needs_processes: bool = False  # forks processes: only in the sandbox, never in a notebook
+    needs_processes: bool = False  # forks processes: a self-check skips it where there is no os.fork
 
     @property
     def name(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import tempfile
 import time
 import weakref
@@ -207,7 +208,9 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
     """Run the train step on `world_size` forked gloo ranks; each rank returns its update."""
     runs = request["runs"]
     world_size = len(runs)
-    store_path = tempfile.mktemp(prefix="ddp_store_", dir=os.getcwd())
+    # the ranks meet in a private temporary folder (not the notebook's folder, in a self-check)
+    store_dir = tempfile.mkdtemp(prefix="grpo_ddp_store_")
+    store_path = os.path.join(store_dir, "store")
     children = []
     for rank, run_kwargs in enumerate(runs):
         read_fd, write_fd = os.pipe()
@@ -216,6 +219,9 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
             os.close(read_fd)
             payload = b""
             try:
+                # the parent's OpenMP threads did not come along: a notebook kernel that used them
+                # would hang this rank's first parallel op (the sandbox's worker runs one thread)
+                torch.set_num_threads(1)
                 import torch.distributed as dist
                 from torch.nn.parallel import DistributedDataParallel
 
@@ -244,8 +250,7 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
                 os.kill(pid, 9)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(store_path)
+        shutil.rmtree(store_dir, ignore_errors=True)
     return {"status": "ok", "runs": results}
 
 

@@ -197,9 +197,25 @@ def half_precision(ctx) -> None:
         BFLOAT16)
 
 
-@check(LOG_PROBS, "chunked scoring bounds peak GPU memory (cuda)", points=1, needs_cuda=True)
-def chunked_memory(ctx) -> None:
-    """At a realistic vocabulary, one (B, chunk, V) block instead of (B, T, V) logits."""
+def _decoder_saved_bytes(inputs: dict) -> int:
+    """What the model's decoder alone saves for backward on `inputs` (trusted: the course's model)."""
+    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"], vocab_size=inputs["model"]["vocab_size"])
+    with SavedBytes({"model": model, "input_ids": inputs["input_ids"]}) as saved:
+        hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
+    return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
+
+
+@case(f"{LOG_PROBS}/large-vocabulary", expected=lambda inputs: run_reference(LOG_PROBS, inputs),
+      seeds=(0,))
+def make_large_vocabulary(seed: int) -> dict:
+    g = generator(seed)
+    ids = torch.randint(7, 100, (2, 129), generator=g)  # (B, T + 1)
+    return {"model": model_marker(0, "float32", vocab_size=8192), "input_ids": ids[:, :-1],
+            "labels": ids[:, 1:]}
+
+
+def _bound_peak_cuda_memory(ctx) -> None:
+    """On cuda, at a realistic vocabulary: one (B, chunk, V) block instead of (B, T, V) logits."""
     g = generator(ctx.grader.seed)
     vocab = 65536
     ids = torch.randint(7, 100, (4, 513), generator=g)
@@ -220,27 +236,13 @@ def chunked_memory(ctx) -> None:
                    "(course.chunked_head) instead of keeping all of them")
 
 
-def _decoder_saved_bytes(inputs: dict) -> int:
-    """What the model's decoder alone saves for backward on `inputs` (trusted: the course's model)."""
-    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"], vocab_size=inputs["model"]["vocab_size"])
-    with SavedBytes({"model": model, "input_ids": inputs["input_ids"]}) as saved:
-        hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
-    return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
-
-
-@case(f"{LOG_PROBS}/large-vocabulary", expected=lambda inputs: run_reference(LOG_PROBS, inputs),
-      seeds=(0,))
-def make_large_vocabulary(seed: int) -> dict:
-    g = generator(seed)
-    ids = torch.randint(7, 100, (2, 129), generator=g)  # (B, T + 1)
-    return {"model": model_marker(0, "float32", vocab_size=8192), "input_ids": ids[:, :-1],
-            "labels": ids[:, 1:]}
-
-
-@check(LOG_PROBS, "chunked scoring saves about one chunk of logits for backward (any device)", points=1)
+@check(LOG_PROBS, "chunked scoring saves about one chunk of logits for backward "
+       "(and, on cuda, bounds peak GPU memory)", points=1)
 def chunked_saved_bytes(ctx) -> None:
     """Counted with saved-tensor hooks, so a chunked path that keeps every chunk's logits for
-    backward (correct values, no memory saved) loses this point on a CPU too."""
+    backward (correct values, no memory saved) loses this point on every device; graded with
+    `--device cuda`, the same point also asks for a bounded peak of GPU memory. One check, so the
+    maximum is the same on every device (and in a notebook's self-check)."""
     run = ctx.fresh_case(f"{LOG_PROBS}/large-vocabulary")
     inputs, chunk = run.inputs, 8
     (batch, positions), vocab = inputs["input_ids"].shape, inputs["model"]["vocab_size"]
@@ -261,3 +263,5 @@ def chunked_saved_bytes(ctx) -> None:
                    f"({allowed / 2**20:.2f} MiB; all the logits are {batch * positions * vocab * 4 / 2**20:.0f} MiB): "
                    "recompute each chunk's logits in backward (a custom autograd.Function, or checkpointing the head and "
                    "normalizer of a chunk, or a custom autograd.Function) instead of keeping them")
+    if ctx.device == "cuda":
+        _bound_peak_cuda_memory(ctx)
