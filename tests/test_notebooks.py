@@ -51,9 +51,11 @@ CELL_TIMEOUT_S = 900  # the end-to-end notebook trains for a couple of minutes i
 STUDENT = "student"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kernel_environment(tmp_path_factory):
-    """Point Jupyter's `python3` kernel at this interpreter and make the repo importable."""
+    """Point Jupyter's `python3` kernel at this interpreter and make the repo importable, for the
+    tests of one module (a later module's subprocesses, a student edition's venv for one, must
+    not find this checkout first on PYTHONPATH)."""
     jupyter_path = tmp_path_factory.mktemp("jupyter_path")
     spec_dir = jupyter_path / "kernels" / "python3"
     spec_dir.mkdir(parents=True)

@@ -196,11 +196,16 @@ def _reference_as_one_file(path: Path) -> Path:
     return path
 
 
+def _own_environment() -> dict[str, str]:
+    """This process's environment without PYTHONPATH: what runs in the edition finds its own code."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def _grade(python: Path, edition: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
     results = tmp_path / f"results{len(list(tmp_path.glob('results*')))}.json"
     run = subprocess.run([python, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
                           "--results", str(results), *args], cwd=edition, capture_output=True, text=True,
-                         timeout=900)
+                         timeout=900, env=_own_environment())
     assert results.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(results.read_text()), run.stdout
 
@@ -208,7 +213,8 @@ def _grade(python: Path, edition: Path, tmp_path: Path, *args: str) -> tuple[dic
 @pytest.mark.slow
 def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(edition, installed, tmp_path):
     where = subprocess.run([installed, "-c", "import course, autograder; print(course.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+                           cwd=tmp_path, capture_output=True, text=True, check=True,
+                           env=_own_environment()).stdout
     assert where.startswith(str(edition)), where  # pip install -e put the edition on the path
 
     blank, out = _grade(installed, edition, tmp_path)
@@ -229,7 +235,7 @@ def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(ed
     assert full["practice"] is True and PRACTICE in out
 
     refused = subprocess.run([installed, "-m", "pytest", "autograder", "--official"], cwd=edition,
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=_own_environment())
     assert refused.returncode == 4 and "stored cases only" in refused.stdout + refused.stderr
 
 
