@@ -262,6 +262,6 @@ def chunked_saved_bytes(ctx) -> None:
                    f"more than the decoder's activations plus about one chunk of logits "
                    f"({allowed / 2**20:.2f} MiB; all the logits are {batch * positions * vocab * 4 / 2**20:.0f} MiB): "
                    "recompute each chunk's logits in backward (a custom autograd.Function, or checkpointing the head and "
-                   "normalizer of a chunk, or a custom autograd.Function) instead of keeping them")
+                   "normalizer of a chunk) instead of keeping them")
     if ctx.device == "cuda":
         _bound_peak_cuda_memory(ctx)
