@@ -82,10 +82,17 @@ def test_only_definitions_run_never_a_notebooks_loop(tmp_path):
     assert not marker.exists()
 
 
+def _unrevealed(monkeypatch, name: str) -> None:
+    """Stage 3's `name` as a student edition that has not revealed it holds it: a stub."""
+    def stub(*args, **kwargs):
+        raise RuntimeError(f"course.{name} is not revealed yet")
+    stub.__grader_stub__ = name
+    monkeypatch.setattr(course.advantages, name, stub)
+
+
 def test_a_stage_neither_written_nor_revealed_names_the_notebook(tmp_path, monkeypatch):
     write_notebook(tmp_path, "01.ipynb", "x = 1")
-    monkeypatch.setattr(course.advantages.compute_group_normalized_rewards, "__unrevealed__", True,
-                        raising=False)
+    _unrevealed(monkeypatch, "compute_group_normalized_rewards")
     with pytest.raises(StageNotWritten, match="finish 03_rewards_and_advantages.ipynb.*reveal"):
         load_implementations(tmp_path)
 
@@ -137,14 +144,12 @@ def test_earlier_stages_are_the_reference_where_it_is_available(tmp_path):
 def test_an_unrevealed_earlier_stage_is_the_learners_own(tmp_path, monkeypatch):
     write_notebook(tmp_path, "03.ipynb",
                    'def compute_group_normalized_rewards(*args, **kwargs):\n    return "mine"')
-    monkeypatch.setattr(course.advantages.compute_group_normalized_rewards, "__unrevealed__", True,
-                        raising=False)
+    _unrevealed(monkeypatch, "compute_group_normalized_rewards")
     uses = earlier_stages("6_train_step", tmp_path)  # stage 6 itself is not written: no matter
     assert uses["compute_group_normalized_rewards"]() == "mine"
     assert uses.origins["compute_group_normalized_rewards"] == "yours (03.ipynb)"
     assert uses["compute_rollout_rewards"] is course.compute_rollout_rewards
-    monkeypatch.setattr(course.advantages.compute_rollout_rewards, "__unrevealed__", True,
-                        raising=False)
+    _unrevealed(monkeypatch, "compute_rollout_rewards")
     with pytest.raises(StageNotWritten, match="compute_rollout_rewards.*finish 03_rewards"):
         earlier_stages("6_train_step", tmp_path)
     with pytest.raises(ValueError, match="stage must be one of"):

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
 # Written by `python -m course.release --student-edition` at the root of a student edition.
 EDITION = ROOT / "edition.json"
+NO_FORK = ("skipped: this check forks data-parallel processes, and this Python has no os.fork "
+           "(Windows); `pytest autograder` on Linux or macOS grades it")
 OFFICIAL_ELSEWHERE = ("the official grade draws fresh cases and judges them with the reference: "
                       "Gradescope, `python -m autograder.batch`, or `pytest autograder --official` "
                       "in the full course repository")
@@ -280,8 +282,9 @@ class Grader:
     def run_check(self, check: core.Check) -> dict:
         started = time.monotonic()
         if check.needs_cuda and self.device != "cuda":
-            result = self._record(check, None, "skipped: needs --device cuda and a GPU", started)
-            return result
+            return self._record(check, None, "skipped: needs --device cuda and a GPU", started)
+        if check.needs_processes and not hasattr(os, "fork"):  # a self-check on Windows
+            return self._record(check, None, NO_FORK, started)
         score, output = self._judge(check)
         if check.gate and score is not None:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])

@@ -168,22 +168,20 @@ def load(config: dict):
 
 def _written(submission: dict, name: str) -> bool:
     """False where the submission's `name` is still the release's `raise NotImplementedError()`."""
-    from course.implementations import is_unwritten
+    from course.implementations import is_unwritten, last_definition
 
     if submission["kind"] == "units":
-        index = submission["providers"].get(name)
-        statements = submission["units"][index]["statements"] if index is not None else []
-        sources = [source for _, source in statements if f"def {name}(" in source]
+        source = last_definition(submission["units"], submission["providers"], name)
     elif submission["kind"] == "py":
         try:
             with open(submission["target"], encoding="utf-8") as handle:
-                sources = [handle.read()]
+                source = handle.read()
         except (OSError, UnicodeError):
-            sources = []
+            source = None
     else:
-        sources = []
-    try:  # the last definition is the one that runs
-        return not (sources and is_unwritten(sources[-1], name))
+        source = None
+    try:
+        return source is None or not is_unwritten(source, name)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return True
 
