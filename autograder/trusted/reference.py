@@ -18,6 +18,7 @@ import pkgutil
 from collections import Counter
 from pathlib import Path
 
+from autograder.trusted.parsing import parse
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
 
 
@@ -107,18 +108,18 @@ STUB = ("def {name}(*args, **kwargs):\n"
 def _stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
     """`source` with every function of the module (and every method of its private classes)
     replaced by a stub, except `keep` and helpers that its classes or module-level code use."""
-    tree = ast.parse(source)
+    tree = parse(source)
     kept = set(keep) | {node.id for statement in tree.body if not isinstance(statement, ast.FunctionDef)
             for node in ast.walk(statement) if isinstance(node, ast.Name)}
     body = []
     for statement in tree.body:
         if isinstance(statement, ast.FunctionDef) and statement.name not in kept:
-            body.extend(ast.parse(STUB.format(name=statement.name)).body)
+            body.extend(parse(STUB.format(name=statement.name)).body)
             continue
         if isinstance(statement, ast.ClassDef) and statement.name.startswith("_"):
             for index, item in enumerate(statement.body):
                 if isinstance(item, ast.FunctionDef):
-                    item.body = ast.parse(f"__reference_called__({statement.name!r})").body
+                    item.body = parse(f"__reference_called__({statement.name!r})").body
                     statement.body[index] = item
         body.append(statement)
     tree.body = body
@@ -185,7 +186,7 @@ def fingerprint(function: ast.FunctionDef) -> str:
 
 def _definitions(source: str) -> list[ast.FunctionDef]:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     return [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]

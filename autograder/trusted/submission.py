@@ -23,6 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.trusted.parsing import parse
 from course.registry import GRADED_FUNCTIONS
 
 KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -163,7 +164,7 @@ def read_notebook(path: Path, follow_links: bool = True,
             continue
         parsed += len(source)
         try:
-            tree = ast.parse(_strip_magics(source), filename=label)
+            tree = parse(_strip_magics(source), filename=label)
             kept = [(node, ast.unparse(node)) for node in tree.body
                     if isinstance(node, KEPT) or _is_constant_assignment(node)]
         except SyntaxError as exc:
