@@ -130,6 +130,27 @@ def test_tier_2_confines_a_child_as_it_must():
         box.close()
 
 
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_one_memory_bound_holds_over_all_processes_of_a_grading(tier):
+    """Six forked processes of 200 MiB each under --memory-mb 256: each is under its own address
+    space limit, so only a bound over the whole grading (a memory cgroup) stops them; the OOM
+    killer then takes some (SIGKILL), and the note says what bounded the grading."""
+    from autograder.trusted import memory
+
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    probe, why = memory.create(f"autograder-probe-{os.getpid()}")
+    if probe is None:
+        pytest.skip(f"no memory cgroup for the grader here: {why}")
+    memory.remove(probe)
+    graded = grade(str(ROOT / "tests" / "autograder_cases" / "attack_memory_many_processes.py"),
+                   ("compute_entropy",), memory_mb=256, isolation=tier, probe_timeout=30.0)
+    output = next(iter(graded["results"].values()))["output"]
+    statuses = [int(s) for s in output.split("statuses of the six: [")[1].split("]")[0].split(",")]
+    assert statuses.count(9) >= 1, output
+    assert "by a memory cgroup of" in graded["isolation"]
+
+
 def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypatch):
     """Under load the first start may time out: it is retried (and then grades normally); two
     timeouts say "the grader is overloaded", never that the student's code crashed."""

@@ -242,7 +242,7 @@ class Grader:
                   "grading_reference": self.submission.is_reference,
                   "course": course_sources(None if self.submission.is_reference else stage)}
         client = StageClient(self.runner, stage, config, START_TIMEOUT,
-                        self.memory_mb if self.device == "cpu" else None)
+                        self.memory_mb)
         for attempt in (1, 2):
             client.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
             try:

@@ -1,8 +1,11 @@
 """The grader's side of the worker: the sandbox, one child per stage, requests and answers.
 
-`Sandbox` starts the worker (`autograder/untrusted/worker.py`, a template process) inside
-bubblewrap (see `autograder.trusted.isolation`), or, for a practice grade where no sandbox can
-start, as a plain subprocess. `StageClient` is the grader's end of one stage's child, forked by the
+`Sandbox` starts the worker (`autograder/untrusted/worker.py`, a template process) in an isolation
+tier (see `autograder.trusted.isolation`: inside bubblewrap, or as a plain root process whose
+children confine themselves with Landlock and seccomp), or, for a practice grade where no tier
+holds, as a plain subprocess; where the machine lets it, the template and all it forks share one
+memory cgroup (`autograder.trusted.memory`). When it closes, every process of its children's user
+ids is killed (tier 2 has no PID namespace that would end them). `StageClient` is the grader's end of one stage's child, forked by the
 template (`StageProcess`: its pid, and how it ended): the grader sends it requests
 and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
 checked before anything is built), with a wall-clock deadline per request. A child that dies or

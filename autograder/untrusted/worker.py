@@ -4,9 +4,11 @@
 (or, for a practice grade, as a plain subprocess). The template imports torch and transformers
 once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to the grader) for orders:
 "fork" (with the child's request pipe, answer pipe and log file passed as descriptors) and "reap"
-(end a child and every process of its user; say how it ended). It runs no student code.
+(end a child and every process of its user, delete all it could write: tier 1's /tmp, /dev/shm
+and home, as that user; tier 2's private folder; say how it ended). It runs no student code.
 
 Each child drops to its own user id (no capabilities, no new privileges, at most NPROC processes),
+takes a seccomp filter and, in tier 2, Landlock (`autograder.untrusted.confine`),
 installs the `course` modules the grader sent it (the stage under test, and later stages, as stubs:
 see `autograder.trusted.reference.course_sources`), loads the submission, and answers probe requests:
 requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
