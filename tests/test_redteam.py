@@ -19,8 +19,9 @@ tier graded once for all the tests, and the tests assert, with the same assertio
     reference scores full marks in real later gradings, and no file of a sandbox user is left in
     the host's /tmp or /dev/shm;
   - no process outlives the grading: after the gradings, /proc shows no process of a user id
-    those gradings' sandboxes ran children under and no worker of this checkout (other
-    gradings may be running on this machine meanwhile: theirs are not counted).
+    those gradings' sandboxes ran children under, nor one in their memory cgroups (where there
+    are none: no worker of this checkout); other gradings may be running on this machine
+    meanwhile, and theirs are not counted.
 Some attacks need something from the host to prove a hole (a loopback server that hands out the
 reference's source, for the network attack): `HOST_SERVICES` starts those before grading.
 """
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -90,9 +92,18 @@ def _host_services() -> socketserver.TCPServer:
     return server
 
 
-def _leftovers(uids: set[int]) -> list[str]:
-    """Processes of `uids` (the user ids our gradings' children ran under) or workers of this
-    checkout; files of those users in /tmp, /dev/shm."""
+@dataclass
+class Ours:
+    """What tells our gradings' processes from those of other gradings on this machine: the user
+    ids their children ran under and the memory cgroups their templates started in (where the
+    machine gives the grader none, every worker of this checkout counts as ours)."""
+    uids: set = field(default_factory=set)
+    cgroups: set = field(default_factory=set)
+
+
+def _leftovers(ours: Ours) -> list[str]:
+    """Our gradings' processes still alive; their users' files in /tmp, /dev/shm."""
+    worker = str(ROOT / "autograder" / "untrusted" / "worker.py")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -101,14 +112,15 @@ def _leftovers(uids: set[int]) -> list[str]:
             status = (entry / "status").read_text()
             uid = int(re.search(r"Uid:\s+(\d+)", status).group(1))
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            groups = {line.rsplit("/", 1)[-1] for line in (entry / "cgroup").read_text().splitlines()}
         except (OSError, AttributeError):
             continue
-        if uid in uids or str(ROOT / "autograder" / "untrusted" / "worker.py") in command:
+        if uid in ours.uids or groups & ours.cgroups or (not ours.cgroups and worker in command):
             found.append(f"process {entry.name} (uid {uid}): {command[:120]}")
     for folder in (Path("/tmp"), Path("/dev/shm")):
         for path in folder.iterdir() if folder.is_dir() else ():
             try:
-                if path.lstat().st_uid in uids:
+                if path.lstat().st_uid in ours.uids:
                     found.append(f"file {path} of a sandbox user")
             except OSError:
                 continue
@@ -116,18 +128,26 @@ def _leftovers(uids: set[int]) -> list[str]:
 
 
 @contextlib.contextmanager
-def sandbox_uids():
-    """The user ids of every sandbox started meanwhile in this process (a set, filled as they
-    start): only the gradings of this test, whatever else runs on the machine."""
-    uids, real_init = set(), sandbox.Sandbox.__init__
+def our_gradings():
+    """`Ours` of every sandbox started meanwhile in this process (filled as they start): only
+    this test's gradings, whatever else runs on the machine."""
+    ours, real_init, real_start = Ours(), sandbox.Sandbox.__init__, sandbox.Sandbox.start
 
     def recording_init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        uids.update(self.uids())
+        ours.uids.update(self.uids())
+
+    def recording_start(self, *args, **kwargs):
+        try:
+            return real_start(self, *args, **kwargs)
+        finally:
+            if self.cgroup is not None:
+                ours.cgroups.add(self.cgroup.name)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sandbox.Sandbox, "__init__", recording_init)
-        yield uids
+        patch.setattr(sandbox.Sandbox, "start", recording_start)
+        yield ours
 
 
 @pytest.fixture(scope="module", params=TIERS)
@@ -139,7 +159,7 @@ def red_team(request) -> dict:
     server = _host_services()
     try:
         started = time.monotonic()
-        with sandbox_uids() as uids, ThreadPoolExecutor(max_workers=2) as pool:
+        with our_gradings() as ours, ThreadPoolExecutor(max_workers=2) as pool:
             futures = {entry.name: pool.submit(grade, str(entry), read_header(entry)["functions"],
                                                official=True, isolation=tier, **GRADING)
                        for entry in ENTRIES}
@@ -149,7 +169,7 @@ def red_team(request) -> dict:
         server.shutdown()
         server.server_close()
     time.sleep(1.0)  # a daemon that escaped would still be there, or would write by now
-    leftovers = _leftovers(uids)
+    leftovers = _leftovers(ours)
     # real later gradings: blank work scores 0, the reference full marks
     later_blank = grade(str(REDTEAM / "_blank.py"), ("compute_entropy",), official=True,
                         isolation=tier)
@@ -211,4 +231,4 @@ def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path, t
     written = results.read_text()
     time.sleep(3.0)  # the daemon writes every 0.25 s for 15 s, if it is still alive
     assert results.read_text() == written and json.loads(written)["score"] == 0
-    assert not _leftovers(set())  # its uids are the CLI's; its daemon would be a worker of ours
+    assert not _leftovers(Ours())  # the CLI's own sandbox: any worker of this checkout counts
