@@ -39,6 +39,7 @@ WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
+CHILD_CPU_SECONDS = 1800  # a backstop under the wall-clock deadlines: a stray spinner ends too
 
 
 class WorkerError(Exception):
@@ -152,7 +153,7 @@ class Sandbox:
 
     def _child_limits(self) -> dict:
         limits = {"RLIMIT_NPROC": CHILD_PROCESSES, "RLIMIT_FSIZE": CHILD_FILE_BYTES,
-                  "RLIMIT_CORE": 0}
+                  "RLIMIT_CORE": 0, "RLIMIT_CPU": CHILD_CPU_SECONDS}
         if self.memory_bytes:
             limits["RLIMIT_AS"] = self.memory_bytes
         return limits
