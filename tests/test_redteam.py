@@ -232,3 +232,31 @@ def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path, t
     time.sleep(3.0)  # the daemon writes every 0.25 s for 15 s, if it is still alive
     assert results.read_text() == written and json.loads(written)["score"] == 0
     assert not _leftovers(Ours())  # the CLI's own sandbox: any worker of this checkout counts
+
+
+@pytest.mark.parametrize("name", ("stages_tmp_files.py", "stages_abstract_socket.py"))
+def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypatch):
+    """The stage-apart attacks are real: with every stage's child kept alive (the grader's ending
+    of the previous stage's child switched off), the earlier stage takes the reference a later
+    stage's child relayed, and earns its points."""
+    if sandbox_problem(ROOT, "bubblewrap"):
+        pytest.skip(f"no bubblewrap sandbox here: {sandbox_problem(ROOT, 'bubblewrap')}")
+    from autograder.trusted import grader
+
+    real = grader.Grader._stage_client
+
+    def all_alive(self, stage):
+        if stage in self.stages:
+            return self.stages[stage]
+        others = dict(self.stages)
+        self.stages.clear()  # nothing for it to end
+        try:
+            return real(self, stage)
+        finally:
+            self.stages.update(others)
+
+    monkeypatch.setattr(grader.Grader, "_stage_client", all_alive)
+    entry = REDTEAM / name
+    graded = grade(str(entry), read_header(entry)["functions"], official=True,
+                   isolation="bubblewrap", **GRADING)
+    assert graded["score"] > read_header(entry)["honest"], graded["results"]
