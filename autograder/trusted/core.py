@@ -57,7 +57,7 @@ class Check:
     run: Callable
     needs_cuda: bool = False
     paid_with: str | None = None  # title of the check of the same function this one is paid with
-    needs_processes: bool = False  # forks processes: a self-check skips it where there is no os.fork
+    needs_processes: int = 0  # the data-parallel ranks it forks: a self-check skips it without os.fork
 
     @property
     def name(self) -> str:
@@ -137,7 +137,7 @@ CASES: dict[str, Case] = {}
 
 
 def check(function: str, title: str, points: float = 1, needs_cuda: bool = False,
-          paid_with: str | None = None, needs_processes: bool = False):
+          paid_with: str | None = None, needs_processes: int = 0):
     """Register a check; `paid_with` names (by title) the value check this one is paid with."""
     def register(run):
         registered = Check(function, title, points, run, needs_cuda, paid_with, needs_processes)

@@ -37,9 +37,6 @@ FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
 EDITION = ROOT / "edition.json"
 NO_FORK = ("skipped: this check forks data-parallel processes, and this Python has no os.fork "
            "(Windows); `pytest autograder` on Linux or macOS grades it")
-NO_TCP = ("skipped: this check trains on data-parallel gloo ranks, whose transport is TCP, and "
-          "this grading's isolation (tier 2, Landlock and seccomp: no network namespace) refuses "
-          "every socket but AF_UNIX; a grading in the bubblewrap sandbox grades it")
 OFFICIAL_ELSEWHERE = ("the official grade draws fresh cases and judges them with the reference: "
                       "Gradescope, `python -m autograder.batch`, or `pytest autograder --official` "
                       "in the full course repository")
@@ -241,8 +238,11 @@ class Grader:
                   "stage": stage, "paths": _visible_paths(self.submission),
                   "grading_reference": self.submission.is_reference,
                   "course": course_sources(None if self.submission.is_reference else stage)}
-        client = StageClient(self.runner, stage, config, START_TIMEOUT,
-                        self.memory_mb)
+        # tier 2 has no network namespace: a stage with a data-parallel check gets its gloo
+        # ranks forked and connected before the submission loads (`autograder.untrusted.ranks`)
+        ranks = max((c.needs_processes for c in core.CHECKS if c.stage == stage), default=0) \
+            if self.isolation_tier == "landlock-seccomp" else 0
+        client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks)
         for attempt in (1, 2):
             client.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
             try:
@@ -303,8 +303,6 @@ class Grader:
             return self._record(check, None, "skipped: needs --device cuda and a GPU", started)
         if check.needs_processes and not hasattr(os, "fork"):  # a self-check on Windows
             return self._record(check, None, NO_FORK, started)
-        if check.needs_processes and self.isolation_tier == "landlock-seccomp":
-            return self._record(check, None, NO_TCP, started)
         score, output = self._judge(check)
         if check.gate and score is not None:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])

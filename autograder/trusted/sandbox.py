@@ -172,12 +172,13 @@ class Sandbox:
                                        + (f": {tail[-600:]}" if tail else ""))
         return json.loads(message)
 
-    def fork(self, stage: str, fds: list) -> tuple[int, int]:
-        """A new child for `stage` with these descriptors; returns (pid, uid) inside the sandbox."""
+    def fork(self, stage: str, fds: list, ranks: int = 0) -> tuple[int, int]:
+        """A new child for `stage` with these descriptors (and `ranks` data-parallel ranks forked
+        before its submission loads: tier 2); returns (pid, uid) inside the sandbox."""
         self.forks += 1
         uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
-        socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage,
-                                                   "uid": uid}).encode()], fds)
+        socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage, "uid": uid,
+                                                   "ranks": ranks}).encode()], fds)
         return self._reply(60, "starting a worker")["pid"], uid
 
     def reap(self, pid: int, uid: int, grace: float) -> dict:
@@ -265,8 +266,9 @@ class StageClient:
     references stubbed): a fresh child after a crash, requests out, answers in."""
 
     def __init__(self, sandbox: Sandbox, stage: str, config: dict, load_timeout: float = 90.0,
-                 memory_mb: int | None = None):
+                 memory_mb: int | None = None, ranks: int = 0):
         self.sandbox, self.stage, self.config = sandbox, stage, config
+        self.ranks = ranks
         self.load_timeout = load_timeout
         self.memory_mb = memory_mb
         self.process: StageProcess | None = None
@@ -285,7 +287,8 @@ class StageClient:
                               os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                               0o600)
         try:
-            pid, uid = self.sandbox.fork(self.stage, [request_read, answer_write, self.log_fd])
+            pid, uid = self.sandbox.fork(self.stage, [request_read, answer_write, self.log_fd],
+                                         self.ranks)
         finally:
             os.close(request_read)
             os.close(answer_write)

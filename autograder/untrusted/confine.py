@@ -52,6 +52,11 @@ REFUSED = ("ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key
            "shmget", "semget", "msgget")  # SysV IPC: no namespace of its own in tier 2
 
 
+class NetPort(ctypes.Structure):  # struct landlock_net_port_attr (packed)
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 class RulesetAttr(ctypes.Structure):  # struct landlock_ruleset_attr
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                 ("scoped", ctypes.c_uint64)]
@@ -82,14 +87,13 @@ def landlock_abi() -> int:
         return 0
 
 
-def restrict_filesystem(read_only: list[str], private: str, abi: int) -> None:
-    """Landlock: read `read_only`, read and write `private` and /dev/null, nothing else; no TCP;
-    no signals or abstract unix sockets out of this domain (ABI >= 6)."""
+def restrict_filesystem(read_only: list[str], private: str, abi: int, tcp: bool = False) -> None:
+    """Landlock: read `read_only`, read and write `private` and /dev/null, nothing else; no
+    signals or abstract unix sockets out of this domain (ABI >= 6); no TCP (ABI >= 4) or, where
+    `tcp` (a rank spawner, before any student code), TCP bind to port 0 only and connect only to
+    the kernel's ephemeral ports, as gloo needs."""
     everything = (1 << FS_BITS_BY_ABI.get(abi, 16)) - 1
-    attr = RulesetAttr(everything, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
-                       SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
-    size = ctypes.sizeof(RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
-    ruleset = _syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset = _ruleset(everything, abi)
     try:
         rules = [(path, READ_ONLY) for path in read_only] + [(private, everything),
                                                               ("/dev/null", FS_READ_FILE | FS_WRITE_FILE)]
@@ -106,14 +110,60 @@ def restrict_filesystem(read_only: list[str], private: str, abi: int) -> None:
                          ctypes.byref(rule), ctypes.c_uint32(0))
             finally:
                 os.close(fd)
+        if tcp and abi >= 4:
+            _allow_ports(ruleset, NET_BIND_TCP, [0])
+            _allow_ports(ruleset, NET_CONNECT_TCP, ephemeral_ports())
         _syscall(RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)
 
 
+def _ruleset(fs_access: int, abi: int) -> int:
+    """A Landlock ruleset handling `fs_access`, TCP bind and connect (ABI >= 4) and, with ABI >=
+    6, scoped: all of it refused until a rule allows it."""
+    attr = RulesetAttr(fs_access, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+                       SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
+    size = ctypes.sizeof(RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
+    return _syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+
+
+def _allow_ports(ruleset: int, access: int, ports) -> None:
+    for port in ports:  # one rule per port: Landlock has no port ranges
+        _syscall(ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_NET_PORT),
+                 ctypes.byref(NetPort(access, port)), ctypes.c_uint32(0))
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel gives a socket bound to port 0 (where gloo's ranks listen)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        low, high = (int(field) for field in handle.read().split())
+    return range(low, high + 1)
+
+
+def close_network() -> None:
+    """A second Landlock layer (no TCP bind or connect, ABI >= 4) and a second seccomp filter (no
+    socket but AF_UNIX) over a rank spawner's allowance: what a rank does once gloo has connected
+    its mesh, and its spawner once the ranks are forked, before the submission is loaded. Both
+    stack on the first layer: nothing the process does later can widen them."""
+    import pyseccomp as seccomp
+
+    abi = landlock_abi()
+    if abi >= 4:
+        ruleset = _ruleset(0, abi)
+        try:
+            _syscall(RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+        finally:
+            os.close(ruleset)
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket",
+                   seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    rules.load()
+
+
 def install_seccomp(unix_only: bool = True) -> None:
     """The syscall filter of the module docstring (libseccomp through `pyseccomp`); sockets of
-    every family where not `unix_only` (tier 1, inside a network namespace of only loopback)."""
+    every family where not `unix_only` (tier 1, inside a network namespace of only loopback; a
+    tier-2 rank spawner until `close_network`)."""
     import pyseccomp as seccomp
 
     refuse = seccomp.ERRNO(errno.EPERM)
@@ -132,15 +182,18 @@ def install_seccomp(unix_only: bool = True) -> None:
     rules.load()
 
 
-def confine(read_only: list[str], private: str) -> None:
-    """Landlock, then seccomp (raises OSError where either cannot be had: the child must not run)."""
+def confine(read_only: list[str], private: str, tcp: bool = False) -> None:
+    """Landlock, then seccomp (raises OSError where either cannot be had: the child must not
+    run). `tcp`: a rank spawner's allowance (Landlock's TCP ports, sockets of every family, for
+    gloo's setup: its interface lookup opens netlink and datagram sockets), which it must end with
+    `close_network` before any student code runs."""
     import pyseccomp  # noqa: F401  (read before Landlock hides where it lies)
 
     abi = landlock_abi()
     if abi < 1:
         raise OSError(errno.ENOSYS, "Landlock is not available in this kernel")
-    restrict_filesystem(read_only, private, abi)
-    install_seccomp()
+    restrict_filesystem(read_only, private, abi, tcp)
+    install_seccomp(unix_only=not tcp)
 
 
 def _raise() -> None:

@@ -35,6 +35,7 @@ class SubmissionState:
     device: str = "cpu"
     reference_calls: Counter = field(default_factory=Counter)
     patch: object = None  # context manager factory that installs call counters (in-process mode)
+    ranks: list | None = None  # data-parallel ranks forked before the submission loaded (tier 2)
 
 
 def to_plain(x, depth: int = 0):
@@ -204,8 +205,22 @@ def probe_train_step(state: SubmissionState, request: dict) -> dict:
     return {"status": "ok", "runs": [_one_train_step(state, request, run) for run in request["runs"]]}
 
 
+def ddp_train_step(state: SubmissionState, request: dict, run_kwargs: dict) -> dict:
+    """One rank's train step, once its gloo process group is up: DDP over the model, on CPU (a
+    forked child cannot use CUDA once the worker has initialized it)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return _one_train_step(state, request, run_kwargs, wrap=DistributedDataParallel, device="cpu")
+
+
 def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
-    """Run the train step on `world_size` forked gloo ranks; each rank returns its update."""
+    """Run the train step on `world_size` gloo ranks; each rank returns its update. The ranks
+    are the child's own (`autograder.untrusted.ranks`: tier 2, forked before the submission
+    loaded) where it has them, else forked here (tier 1's network namespace, a self-check)."""
+    if state.ranks is not None:
+        from autograder.untrusted import ranks
+
+        return {"status": "ok", "runs": ranks.run_on_ranks(state.ranks, request, _rank_result)}
     runs = request["runs"]
     world_size = len(runs)
     # the ranks meet in a private temporary folder (not the notebook's folder, in a self-check)
@@ -223,13 +238,10 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
                 # would hang this rank's first parallel op (the sandbox's worker runs one thread)
                 torch.set_num_threads(1)
                 import torch.distributed as dist
-                from torch.nn.parallel import DistributedDataParallel
 
                 store = dist.FileStore(store_path, world_size)
                 dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
-                # gloo on CPU: a forked child cannot use CUDA once the worker has initialized it
-                result = _one_train_step(state, request, run_kwargs, wrap=DistributedDataParallel,
-                                         device="cpu")
+                result = ddp_train_step(state, request, run_kwargs)
                 buffer = io.BytesIO()
                 torch.save(result, buffer)
                 payload = buffer.getvalue()

@@ -191,13 +191,16 @@ def _written(submission: dict, name: str) -> bool:
         return True
 
 
-def serve(answer_fd: int) -> None:
-    """A child's life: read its configuration, load the submission, answer probes until EOF."""
+def serve(answer_fd: int, order: dict) -> None:
+    """A child's life: read its configuration, fork its data-parallel ranks where its order asks
+    for them (`autograder.untrusted.ranks`), load the submission, answer probes until EOF."""
     from autograder.protocol.answers import exception_answer
     from autograder.untrusted.probes import handle, to_plain
 
     config = _receive()
+    spawned = _spawn_ranks(order, config, answer_fd) if order.get("ranks") else None
     state, errors = load(config)
+    state.ranks = spawned
     _send(answer_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors})
     while True:
         request = _receive()
@@ -208,6 +211,23 @@ def serve(answer_fd: int) -> None:
         except BaseException as exc:  # a probe must answer, whatever the submission did
             response = exception_answer(exc)
         _send(answer_fd, to_plain(response))
+
+
+def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:
+    """Before any student code: fork the ranks (each loads the submission once gloo has
+    connected and its network is closed), then close this child's network too."""
+    from autograder.untrusted import confine, ranks
+    from autograder.untrusted.probes import ddp_train_step
+
+    def serve_rank(rank: int, request_fd: int, rank_answer_fd: int) -> None:
+        os.close(answer_fd)
+        state, _ = load(config)
+        ranks.serve_requests(request_fd, rank_answer_fd,
+                             lambda request, shard: ddp_train_step(state, request, shard))
+
+    spawned = ranks.spawn(order["ranks"], order["folder"], serve_rank)
+    confine.close_network()
+    return spawned
 
 
 # ---- the template ------------------------------------------------------------------------
@@ -247,7 +267,7 @@ def _become_child(control: socket.socket, fds: list, order: dict, setup: dict) -
         os.chdir(order["folder"])
         os.environ.update(HOME=order["folder"], TMPDIR=order["folder"])
         tempfile.tempdir = None
-        confine.confine(landlock["read_only"], order["folder"])
+        confine.confine(landlock["read_only"], order["folder"], tcp=bool(order.get("ranks")))
     elif setup.get("wipe"):  # tier 1: the network namespace holds only loopback, for gloo
         confine.install_seccomp(unix_only=False)
 
@@ -386,7 +406,7 @@ def template(control_fd: int, root: str) -> None:
                 code = 0
                 try:
                     _become_child(control, fds, order, setup)
-                    serve(fds[1])
+                    serve(fds[1], order)
                 except BaseException:
                     traceback.print_exc()
                     code = 1

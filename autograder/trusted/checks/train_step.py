@@ -237,8 +237,11 @@ def micro_batching(ctx) -> None:
     judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
-@check(FN, "data-parallel update (2 gloo ranks, DDP) equals the single-process update", points=2,
-       needs_processes=True)
+RANKS = 2  # the data-parallel check's world size
+
+
+@check(FN, f"data-parallel update ({RANKS} gloo ranks, DDP) equals the single-process update",
+       points=2, needs_processes=RANKS)
 def data_parallel(ctx) -> None:
     judge_cases(ctx, f"{FN}/rollouts", lambda run: _judge_data_parallel(ctx, run), stored=1)
 
@@ -246,9 +249,9 @@ def data_parallel(ctx) -> None:
 def _judge_data_parallel(ctx, run) -> None:
     for mode in ("token", "sequence"):
         full = mode_kwargs(run.inputs, mode, 1)
-        half = len(full["rollout_responses"]) // 2
+        half = len(full["rollout_responses"]) // RANKS
         shards = []
-        for rank in range(2):
+        for rank in range(RANKS):
             shard = {**full, "gradient_accumulation_steps": 2}
             for key in ("repeated_prompts", "rollout_responses", "repeated_ground_truths"):
                 shard[key] = full[key][rank * half:(rank + 1) * half]
