@@ -23,7 +23,7 @@ tier graded once for all the tests, and the tests assert, with the same assertio
     are none: no worker of this checkout); other gradings may be running on this machine
     meanwhile, and theirs are not counted.
 Some attacks need something from the host to prove a hole (a loopback server that hands out the
-reference's source, for the network attack): `HOST_SERVICES` starts those before grading.
+reference's source, for the network attacks): `_host_services` starts those before grading.
 """
 
 from __future__ import annotations
@@ -81,15 +81,36 @@ ENTRIES = sorted(p for p in REDTEAM.iterdir()
                  if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix in (".py", ".ipynb")))
 
 
-class _Reference(socketserver.BaseRequestHandler):
-    def handle(self):
-        self.request.sendall((ROOT / "course" / "scoring.py").read_bytes())
+TRAIN_STEP_TCP_PORTS = (47614, 8614)  # the data-parallel rank attack: in the kernel's ephemeral range, below it
+TRAIN_STEP_UDP_PORT = 47615
 
 
-def _host_services() -> socketserver.TCPServer:
-    server = socketserver.TCPServer(("127.0.0.1", REFERENCE_PORT), _Reference)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+def _serving(module: str, udp: bool = False) -> type:
+    """A handler that hands out course/`module` (to a TCP connection, or in answer to a datagram)."""
+    source = (ROOT / "course" / module).read_bytes()
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self):
+            if udp:
+                self.request[1].sendto(source, self.client_address)
+            else:
+                self.request.sendall(source)
+    return Handler
+
+
+class _TCPServer(socketserver.TCPServer):
+    allow_reuse_address = True  # a port of the previous session may still be in TIME_WAIT
+
+
+def _host_services() -> list:
+    servers = [_TCPServer(("127.0.0.1", REFERENCE_PORT), _serving("scoring.py"))]
+    servers += [_TCPServer(("127.0.0.1", port), _serving("train_step.py"))
+                for port in TRAIN_STEP_TCP_PORTS]
+    servers.append(socketserver.UDPServer(("127.0.0.1", TRAIN_STEP_UDP_PORT),
+                                          _serving("train_step.py", udp=True)))
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    return servers
 
 
 @dataclass
@@ -156,7 +177,7 @@ def red_team(request) -> dict:
     problem = sandbox_problem(ROOT, tier)
     if problem:
         pytest.skip(f"no {tier} sandbox here: {problem}")
-    server = _host_services()
+    servers = _host_services()
     try:
         started = time.monotonic()
         with our_gradings() as ours, ThreadPoolExecutor(max_workers=2) as pool:
@@ -166,8 +187,9 @@ def red_team(request) -> dict:
             graded = {name: future.result() for name, future in futures.items()}
         elapsed = time.monotonic() - started
     finally:
-        server.shutdown()
-        server.server_close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
     time.sleep(1.0)  # a daemon that escaped would still be there, or would write by now
     leftovers = _leftovers(ours)
     # real later gradings: blank work scores 0, the reference full marks

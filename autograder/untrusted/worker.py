@@ -37,7 +37,7 @@ import traceback
 import types
 from collections import Counter
 
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
 
 def _receive():
@@ -357,6 +357,7 @@ def _reap(pid: int, uid: int, grace: float, setup: dict, folder: str | None) -> 
         if status is None:
             status = os.waitpid(pid, 0)[1]
         time.sleep(0.005)
+    _collect_orphans()
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
     if setup.get("wipe"):
@@ -364,6 +365,17 @@ def _reap(pid: int, uid: int, grace: float, setup: dict, folder: str | None) -> 
     if os.WIFSIGNALED(status):
         return {"signal": os.WTERMSIG(status), "killed_by_grader": killed}
     return {"exit": os.waitstatus_to_exitcode(status), "killed_by_grader": killed}
+
+
+def _collect_orphans() -> None:
+    """Wait for the dead processes its children left (the template is their subreaper: a
+    child's data-parallel ranks, a daemon), so that none lingers as a zombie of its user."""
+    while True:
+        try:
+            if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG) is None:
+                return
+        except ChildProcessError:
+            return
 
 
 def _private_folder(setup: dict, uid: int) -> str | None:
@@ -388,6 +400,7 @@ def template(control_fd: int, root: str) -> None:
     if setup.get("landlock") is not None or setup.get("wipe"):
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a child are ours to reap
     install_course(setup["course"])  # course.models only: no graded function lives there
     markers.build_tokenizer()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
