@@ -130,6 +130,28 @@ def test_tier_2_confines_a_child_as_it_must():
         box.close()
 
 
+@pytest.mark.skipif(sandbox_problem(ROOT, "landlock") is not None,
+                    reason=f"no tier 2 here: {sandbox_problem(ROOT, 'landlock')}")
+def test_tier_2_grades_the_data_parallel_check_on_ranks_connected_before_the_submission():
+    """Tier 2 has no network namespace: the gloo ranks connect before the submission loads and
+    then lose TCP (`autograder.untrusted.ranks`), and the check is graded, not skipped: the
+    reference and an independent implementation pass it, the no-world-scale mutant fails it."""
+    cases = Path(__file__).with_name("autograder_cases")
+    jobs = {"reference": "course", "independent": str(cases / "alt_full.py"),
+            "mutant": str(cases / "mutant_ddp_no_world_scale.py")}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(grade, path, ("grpo_train_step",), official=True,
+                                    isolation="landlock") for key, path in jobs.items()}
+        graded = {key: future.result() for key, future in futures.items()}
+    data_parallel = {key: next(r for n, r in g["results"].items() if "data-parallel" in n)
+                     for key, g in graded.items()}
+    for key in ("reference", "independent"):
+        assert graded[key]["tier"] == "landlock-seccomp"
+        assert graded[key]["score"] == graded[key]["max_score"] > 0, data_parallel[key]["output"]
+    assert data_parallel["mutant"]["score"] == 0 and data_parallel["mutant"]["status"] == "failed"
+    assert "world size" in data_parallel["mutant"]["output"]
+
+
 @pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
 def test_one_memory_bound_holds_over_all_processes_of_a_grading(tier):
     """Six forked processes of 200 MiB each under --memory-mb 256: each is under its own address
