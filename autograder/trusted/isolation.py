@@ -26,9 +26,10 @@ network: AF_UNIX sockets by path in its own folder, nothing else), no IPC namesp
 refused by seccomp instead), no mount namespace (the disk it can fill is bounded by RLIMIT_FSIZE per
 file, not by a tmpfs), and no death with the grader for a daemon if the grader is SIGKILLed (the
 grader kills every process of its user ids when it closes; the template's children die with it).
-Data-parallel training needs gloo's TCP transport, which tier 2 refuses: that check is skipped
-there, and says so. Tier 2 needs root (to switch user ids) and Landlock; without Landlock it is
-refused, saying why.
+Data-parallel training needs gloo's TCP transport: in tier 2 the child of its stage forks its ranks
+before the submission loads, they connect their mesh over loopback and then take the same no-TCP,
+AF_UNIX-only confinement (`autograder.untrusted.ranks`); student code opens no TCP connection.
+Tier 2 needs root (to switch user ids) and Landlock; without Landlock it is refused, saying why.
 
 Where neither tier starts (macOS, no `bwrap` and no Landlock), the grader runs the worker as a
 plain subprocess and marks the grade PRACTICE; an `--official` run refuses.

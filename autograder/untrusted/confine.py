@@ -18,6 +18,15 @@ has taken its own user id and PR_SET_NO_NEW_PRIVS (`autograder.untrusted.worker`
   makes sockets without socket()), SysV IPC and every socket family but AF_UNIX are refused (EPERM; clone3,
   whose flags seccomp cannot read, answers ENOSYS so that the C library falls back to clone).
 
+A rank spawner (the child of a stage with a data-parallel check, `autograder.untrusted.ranks`) is
+confined with `tcp=True` until its gloo ranks have connected: seccomp then allows every socket
+family (gloo's interface lookup opens netlink and datagram sockets) and Landlock TCP bind to port 0
+and connect to the kernel's ephemeral ports (ip_local_port_range, one rule per port). Before the
+submission loads, each rank and the spawner call `close_network`: a second Landlock layer (no TCP
+bind or connect) and a second seccomp filter (no socket but AF_UNIX), which stack on the first and
+cannot be undone. Residual: a rank's student code may use the connections gloo made between the
+ranks of its own child, and the ranks' listening sockets stay open; it opens no connection.
+
 `landlock_abi` says which Landlock the kernel offers (0: none); `python confine.py --check`
 confines itself as a stage child would and prints what it could do, for
 `autograder.trusted.isolation` to decide whether tier 2 holds here.
