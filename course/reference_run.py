@@ -60,8 +60,10 @@ def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[
     (its device, checkpoint folder and threads aside)."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
     wanted = compared_fields(config)
-    differ = [f"{key}={wanted[key]!r} (recorded: {recorded['config'].get(key)!r})"
-              for key in wanted if recorded["config"].get(key) != wanted[key]]
+    # a field added after the recording ran at its default there
+    defaults = asdict(TrainConfig())
+    was = {key: recorded["config"].get(key, defaults[key]) for key in wanted}
+    differ = [f"{key}={wanted[key]!r} (recorded: {was[key]!r})" for key in wanted if was[key] != wanted[key]]
     if differ:
         raise ValueError(f"the recorded reference run is another run: {', '.join(differ)}")
     summary = {**recorded["summary"], "machine": recorded["machine"]}
