@@ -17,6 +17,7 @@ References: transformers `models/olmo2/configuration_olmo2.py` and `modeling_olm
 from __future__ import annotations
 
 import importlib.util
+import json
 import string
 from pathlib import Path
 
@@ -169,7 +170,11 @@ def load_pretrained(source: str | Path, dtype: str = "float32", allow_download: 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     local = not allow_download or Path(source).expanduser().is_dir()
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
+    # transformers 5's AutoTokenizer rebuilds a generic saved tokenizer (tokenizer.json alone) with
+    # the model family's own pre-tokenizer (Qwen2's splits digits apart): read such a one as saved
+    generic = local and _tokenizer_class(Path(source).expanduser()) in GENERIC_TOKENIZER_CLASSES
+    tokenizer_class = PreTrainedTokenizerFast if generic else AutoTokenizer
+    tokenizer = tokenizer_class.from_pretrained(source, local_files_only=local)
     model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local, dtype=DTYPES[dtype])
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -177,6 +182,14 @@ def load_pretrained(source: str | Path, dtype: str = "float32", allow_download: 
         raise ValueError(f"model {source!r}: its tokenizer has no eos token, so a response could never end")
     tokenizer.padding_side = "right"
     return model.eval(), tokenizer
+
+
+GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+
+
+def _tokenizer_class(folder: Path) -> str | None:
+    config = folder / "tokenizer_config.json"
+    return json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") if config.is_file() else None
 
 
 def chat_prompt(tokenizer, user_text: str, fallback: str = "User: {text}\nAssistant:") -> str:

@@ -39,12 +39,16 @@ FAMILIES = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig, "o
 
 
 def build_bpe_tokenizer(texts: list[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on `texts`: pad <|endoftext|>, eos <|im_end|>, ChatML template."""
+    """A byte-level BPE tokenizer trained on ASCII `texts`: pad <|endoftext|>, eos <|im_end|>, ChatML
+    template. Characters outside printable ASCII and newline are not in its alphabet."""
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
+    # ASCII only (GPT-2's byte images: 33..126 are themselves, space is Ġ, newline Ċ): every token,
+    # and so every sample of a random model, decodes to valid text that re-encodes to few tokens
+    alphabet = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a"]
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+                                  initial_alphabet=alphabet, show_progress=False)
     core.train_from_iterator(texts, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>",
                                         eos_token="<|im_end|>", clean_up_tokenization_spaces=False,
