@@ -204,8 +204,8 @@ def chat_prompt(tokenizer, user_text: str, fallback: str = "User: {text}\nAssist
 def enable_gradient_checkpointing(model) -> None:
     """Recompute each decoder layer's activations in backward instead of keeping them (Chen et al.
     2016, arXiv 1604.06174): activation memory of one layer instead of all, for ~1/3 more compute."""
+    # in training only: generate() under no_grad keeps its KV cache
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
 
 
 def add_lora(model, rank: int, alpha: float | None = None):
