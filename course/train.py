@@ -123,7 +123,8 @@ class TrainConfig:
     max_new_tokens: int = 16
     """Longest response; a complete answer takes 7 or 8 tokens."""
     temperature: float = 1.0
-    """Sampling temperature of the rollouts."""
+    """Sampling temperature τ of the rollouts; the sampler, π_old, π_θ and the reference are all scored as
+    softmax(logits / τ), the distribution sampled from (held-out accuracy stays sampled at 1)."""
     sampler_dtype: str = "float32"
     """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
     tis_cap: float = 2.0
@@ -231,6 +232,14 @@ def validate(config: TrainConfig, world_size: int) -> None:
         raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
 
 
+def temperature_problem(train_step) -> str | None:
+    """Why `train_step` cannot train on rollouts sampled at a temperature (None when it can)."""
+    if "temperature" in inspect.signature(train_step).parameters:
+        return None
+    return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
+            "temperature; the grpo_train_step of your notebooks takes no temperature (see 06_train_step)")
+
+
 def _reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict[str, float]:
     """Sum `sums` and take the max of `maxima` over ranks (identity in one process)."""
     _, world_size = rank_and_world_size()
@@ -266,8 +275,9 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     """
     tokens = tokenize_rollouts(tokenizer, rollouts)
     mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
-    old_log_probs = score_tokens(policy, tokens) if separate_sampler else sampler_log_probs
-    ref_log_probs = score_tokens(reference, tokens)
+    # every log-prob is of softmax(z/τ), the distribution sampled at τ = config.temperature
+    old_log_probs = score_tokens(policy, tokens, config.temperature) if separate_sampler else sampler_log_probs
+    ref_log_probs = score_tokens(reference, tokens, config.temperature)
     kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                      # k3, (B, T)
     count = float(mask.sum())
     token_means = {"kl_to_reference": float((kl * mask).sum()) / max(count, 1)}
@@ -298,6 +308,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
+    if problem := temperature_problem(train_step):
+        raise ConfigError("temperature", problem)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -350,6 +362,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                 kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
                 ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
                 sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+                temperature=config.temperature,
             )
         # The train step's statistics are per rank for rewards (equal row counts: mean of means).
         rewards = _reduce_over_ranks({k: metadata[k] / world_size for k in REWARD_KEYS}, {})
@@ -469,6 +482,8 @@ def main(argv: list[str] | None = None) -> None:
         # this module runs as __main__ under `python -m`: its own names of stubs too
         stand_in_for_stubs(implementations.functions, [globals()])
         print(implementations.table())
+        if problem := temperature_problem(implementations["grpo_train_step"]):
+            parser.error(f"argument --temperature: {problem}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     try:  # what no single flag decides: values that must fit together, and the world size
         validate(TrainConfig(**args), world_size)
