@@ -59,9 +59,11 @@ from course.train_config import (  # re-exported: `from course.train import Trai
     LOSSES,
     NORMALIZATIONS,
     WARM_START,
+    ConfigError,
     TrainConfig,
     edition_notebooks,
     main,
+    temperature_problem,
     validate,
 )
 from course.train_step import grpo_train_step
@@ -109,8 +111,9 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     """
     tokens = tokenize_rollouts(tokenizer, rollouts)
     mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
-    old_log_probs = score_tokens(policy, tokens) if separate_sampler else sampler_log_probs
-    ref_log_probs = score_tokens(reference, tokens)
+    # every log-prob is of softmax(z/τ), the distribution sampled at τ = config.temperature
+    old_log_probs = score_tokens(policy, tokens, config.temperature) if separate_sampler else sampler_log_probs
+    ref_log_probs = score_tokens(reference, tokens, config.temperature)
     kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                      # k3, (B, T)
     count = float(mask.sum())
     token_means = {"kl_to_reference": float((kl * mask).sum()) / max(count, 1)}
@@ -141,6 +144,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
+    if problem := temperature_problem(train_step):
+        raise ConfigError("temperature", problem)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -193,6 +198,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                 kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
                 ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
                 sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+                temperature=config.temperature,
             )
         # The train step's statistics are per rank for rewards (equal row counts: mean of means).
         rewards = _reduce_over_ranks({k: metadata[k] / world_size for k in REWARD_KEYS}, {})

@@ -5,6 +5,7 @@ before torch loads (`course.cli`); `course.train.train` runs the loop.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ class TrainConfig:
     max_new_tokens: int = 16
     """Longest response; a complete answer takes 7 or 8 tokens."""
     temperature: float = 1.0
-    """Sampling temperature of the rollouts."""
+    """Sampling temperature τ of the rollouts; the sampler, π_old, π_θ and the reference are all scored as
+    softmax(logits / τ), the distribution sampled from (held-out accuracy stays sampled at 1)."""
     sampler_dtype: str = "float32"
     """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
     tis_cap: float = 2.0
@@ -149,6 +151,14 @@ def validate(config: TrainConfig, world_size: int) -> None:
         raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
 
 
+def temperature_problem(train_step) -> str | None:
+    """Why `train_step` cannot train on rollouts sampled at a temperature (None when it can)."""
+    if "temperature" in inspect.signature(train_step).parameters:
+        return None
+    return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
+            "temperature; the grpo_train_step of your notebooks takes no temperature (see 06_train_step)")
+
+
 def flag_types(config_class=TrainConfig) -> dict:
     """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
     return {**bounded_types(config_class, LOWER_BOUNDS), "device": flag_type(str, device_problem),
@@ -210,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
         except (FileNotFoundError, StageNotWritten) as error:
             parser.error(f"argument --notebooks: {error}")
         print(implementations.table())
+        if problem := temperature_problem(implementations["grpo_train_step"]):
+            parser.error(f"argument --temperature: {problem}")
     summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
     if summary:
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
