@@ -28,8 +28,8 @@ import math
 
 import torch
 
-IS_LEVELS = ("token", "sequence", "geometric")
-IS_MODES = ("truncate", "mask")
+from course.variants import IS_LEVELS, IS_MODES
+
 # exp(-1e4) is exactly 0 in float16, bfloat16, float32 and float64
 _ZERO_WEIGHT_LOG = 1e4
 

@@ -31,6 +31,10 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+# torch-free, so that the command line checks --model before torch loads
+from course.train_config import model_source_problem
+from course.variants import MODEL_DTYPES
+
 PAD_TOKEN = "<pad>"
 BOS_TOKEN = "<bos>"
 EOS_TOKEN = "<eos>"
@@ -140,21 +144,7 @@ def load_model_and_tokenizer(directory: str | Path, dtype: torch.dtype = torch.f
     return model, tokenizer
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def model_source_problem(source: str, allow_download: bool) -> str | None:
-    """Why `source` cannot be loaded (None when it can): a folder needs a config.json; anything
-    else is a hub id, loaded only with `allow_download`."""
-    folder = Path(source).expanduser()
-    if folder.is_dir():
-        if not (folder / "config.json").is_file():
-            return f"{source!r} holds no saved model (no config.json)"
-        return None
-    if allow_download:
-        return None
-    return (f"{source!r} is not a local folder; to download it from the Hugging Face hub, "
-            "pass --allow-download (nothing downloads without it)")
+DTYPES = dict(zip(MODEL_DTYPES, (torch.float32, torch.bfloat16, torch.float16)))
 
 
 def load_pretrained(source: str | Path, dtype: str = "float32", allow_download: bool = False):
