@@ -127,7 +127,7 @@ def test_the_aggregation_fallback_is_the_whole_steps_token_mean():
     assert float(whole.detach()) == 7 / 4
     parts = [calculate_loss_and_backward(loss[i:i + 1], mask[i:i + 1], "token", 2, 4) for i in (0, 1)]
     assert float(sum(parts)) == 7 / 4  # 4/4 + 3/4
-    fallback = [float(aggregate_loss_across_microbatch(loss[i:i + 1], mask[i:i + 1], "token")) / 2 for i in (0, 1)]
+    fallback = [float(aggregate_loss_across_microbatch(loss[i:i + 1], mask[i:i + 1], "token").detach()) / 2 for i in (0, 1)]
     assert sum(fallback) == (4 + 1) / 2  # 5/2, not 7/4
     torch.testing.assert_close(loss.grad, torch.tensor([[0.25, 0, 0], [0.25, 0.25, 0.25]]))
 

@@ -10,7 +10,9 @@ GRPO steps on the GSM8K-style task end to end through `python -m course.train`, 
 
 import json
 import os
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -114,7 +116,6 @@ def test_gsm8k_task_prompts_with_the_chat_template(saved):
 
 
 def _data_file():
-    from pathlib import Path
     return Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
 
 
@@ -146,6 +147,46 @@ def test_the_command_line_trains_a_saved_model_on_a_gsm8k_file(saved, tmp_path, 
           "--eval-samples", "1", "--eval-every", "0", "--dynamic-sampling", "--out", str(tmp_path / "cli")])
     summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     assert summary["config"]["model"] == str(saved["olmo2"]) and summary["config"]["dynamic_sampling"]
+
+
+SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
+
+
+def _policy(folder: Path) -> dict[str, torch.Tensor]:
+    return torch.load(folder / "policy.pt")
+
+
+def test_the_learners_own_stages_train_a_real_model(saved, tmp_path, capsys):
+    """`--notebooks DIR --model PATH`: the solutions' stages (every graded function "yours") train
+    a saved Qwen2 on GSM8K lines, as the reference does; a learner's train step that takes no
+    optimizer step leaves its weights as loaded, so it is theirs that steps."""
+    data = write_jsonl(synthetic_gsm8k(40, seed=2), tmp_path / "gsm8k.jsonl")
+    flags = ["--model", str(saved["qwen2"]), "--task", "gsm8k", "--data", str(data), "--steps", "2",
+             "--prompts-per-step", "2", "--group-size", "4", "--max-new-tokens", "12", "--eval-problems", "2",
+             "--eval-samples", "1", "--eval-every", "0", "--overlong", "soft", "--overlong-buffer", "12",
+             "--lr", "1e-2"]
+    main(flags + ["--notebooks", str(SOLUTIONS), "--out", str(tmp_path / "yours")])
+    main(flags + ["--out", str(tmp_path / "reference")])
+    summary = json.loads((tmp_path / "yours" / "summary.json").read_text())
+    assert set(summary["implementations"].values()) == {f"yours ({n})" for n in (
+        "01_tokenization.ipynb", "02_log_probs.ipynb", "03_rewards_and_advantages.ipynb",
+        "04_policy_gradient_losses.ipynb", "05_loss_normalization.ipynb", "06_train_step.ipynb")}
+    loaded = load_pretrained(saved["qwen2"])[0].state_dict()
+    yours, reference = _policy(tmp_path / "yours"), _policy(tmp_path / "reference")
+    assert max(float((yours[k] - loaded[k]).abs().max()) for k in loaded) > 1e-4  # it trained
+    for key in loaded:  # the same stages, so the same run (to float32 rounding)
+        torch.testing.assert_close(yours[key], reference[key], rtol=1e-4, atol=1e-5)
+
+    still = tmp_path / "still"
+    still.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import torch\n\ndef grpo_train_step(model, *args, **kwargs):\n"
+        "    return torch.zeros(()), {k: 0.0 for k in ('token_entropy', 'gradient_norm', 'loss', "
+        "'reward_mean', 'format_reward_mean', 'answer_reward_mean')}")]), still / "06.ipynb")
+    main(flags + ["--notebooks", str(still), "--out", str(tmp_path / "still_run")])
+    kept = _policy(tmp_path / "still_run")
+    assert all(torch.equal(kept[k], loaded[k]) for k in loaded)
+    assert '"grpo_train_step": "yours (06.ipynb)"' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flags, flag", [
