@@ -29,7 +29,8 @@ answer accuracy on 500 problems, sampled at temperature 1, rose from 23% to a me
 A real model: `--model DIR` loads any Hugging Face causal LM (`course.models.load_pretrained`;
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
 problems (`course.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.filters`),
-`--overlong filter|soft`, `--is-level`/`--is-mode` (`course.importance`); `docs/real_models.md`.
+`--overlong filter|soft`, `--is-level`/`--is-mode` (`course.importance`), `--entropy-coef`
+(`course.entropy_bonus`); `docs/real_models.md`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ if __name__ == "__main__":  # the command line checks its flags before torch loa
     raise SystemExit(main())
 
 import copy
+import functools
 import json
 import os
 import platform
@@ -52,6 +54,7 @@ import torch
 import torch.distributed as dist
 
 from course.distributed import rank_and_world_size
+from course.entropy_bonus import train_step_with_entropy_bonus
 from course.filters import (
     informative_groups,
     keep_groups,
@@ -227,6 +230,9 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     validate(config, world_size)
     if problem := temperature_problem(train_step):
         raise ConfigError("temperature", problem)
+    if config.entropy_coef:
+        train_step = functools.partial(train_step_with_entropy_bonus, train_step,
+                                       entropy_coef=config.entropy_coef)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -310,6 +316,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
             stats["kept_groups"] = kept_groups
         record = {"step": step, **stats, **rewards,
                   "token_entropy": float(metadata["token_entropy"]),
+                  **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
                   "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
                   "gradient_norm": float(metadata["gradient_norm"]),
                   "loss": float(metadata["loss"]),

@@ -42,7 +42,7 @@ LOWER_BOUNDS = {
     "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
     "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
     "threads": (0, True), "lora_rank": (0, True), "logits_chunk_size": (0, True),
-    "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True),
+    "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True), "entropy_coef": (0, True),
 }
 
 
@@ -136,6 +136,8 @@ class TrainConfig:
     """Importance ratio of the sampler correction: token, sequence (product) or geometric (mean)."""
     is_mode: str = "truncate"
     """Above --tis-cap: truncate (min(ρ, cap)) or mask (weight 0)."""
+    entropy_coef: float = 0.0
+    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.entropy_bonus; 0: none)."""
 
 
 class ConfigError(ValueError):
@@ -222,6 +224,9 @@ def validate(config: TrainConfig, world_size: int) -> None:
     if config.logits_chunk_size and (world_size > 1 or config.lora_rank):
         raise ConfigError("logits_chunk_size", "must be 0 under data parallelism or with LoRA (the chunked "
                           "head bypasses the forward that DDP and peft wrap)")
+    if config.entropy_coef and world_size > 1:
+        raise ConfigError("entropy_coef", "must be 0 under data parallelism (the bonus's backward runs "
+                          "outside the train step's DDP synchronization)")
     if config.overlong == "soft" and config.overlong_buffer > config.max_new_tokens:
         raise ConfigError("overlong_buffer", f"({config.overlong_buffer}) must be at most max_new_tokens "
                           f"({config.max_new_tokens})")
