@@ -210,3 +210,21 @@ def test_device_auto_trains_a_bf16_model_on_the_gpu(saved, tmp_path):
     summary = train(_tiny_run(saved["qwen2"], data, device="auto", model_dtype="bfloat16",
                               gradient_checkpointing=True), tmp_path / "gpu", progress=False)
     assert summary["config"]["device"] == "auto"
+
+
+def test_lora_trains_only_the_adapters(saved, tmp_path):
+    """--lora-rank (peft, the .[lora] extra): after GRPO steps on a saved Qwen2 the adapters have
+    moved and every base weight is as loaded."""
+    pytest.importorskip("peft")
+    data = write_jsonl(synthetic_gsm8k(40, seed=2), tmp_path / "gsm8k.jsonl")
+    train(_tiny_run(saved["qwen2"], data, overlong="soft", overlong_buffer=12, lr=1e-2, lora_rank=4),
+          tmp_path / "lora", progress=False)
+    trained = _policy(tmp_path / "lora")
+    loaded = load_pretrained(saved["qwen2"])[0].state_dict()
+    adapters = {k: v for k, v in trained.items() if "lora_" in k}
+    base = {k.removeprefix("base_model.model.").replace(".base_layer", ""): v
+            for k, v in trained.items() if "lora_" not in k}
+    assert adapters and base.keys() == loaded.keys()
+    assert all(torch.equal(base[k], loaded[k]) for k in loaded)
+    # lora_B starts at 0 (peft's init), so any non-zero entry is the adapters' training
+    assert max(float(v.abs().max()) for k, v in adapters.items() if "lora_B" in k) > 1e-4
