@@ -29,18 +29,20 @@ def submission_problem(spec: str) -> str | None:
 def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: int | None = None,
           memory_mb: int = 6144, device: str = "cpu", official: bool = False,
           time_limit: float = DEFAULT_TIME_LIMIT, sandbox=None,
-          allow_reference: bool = False, stored_only: bool | None = None) -> dict:
+          allow_reference: bool = False, stored_only: bool | None = None,
+          isolation: str = "auto") -> dict:
     """Run the checks of `functions` (default: all) on `submission`; never raises for its
     behaviour. Raises FileNotFoundError for a submission that does not exist, and
     IsolationUnavailable for an `official` grading where no sandbox can start. `sandbox`: a
     template started ahead for this grading alone (`autograder.batch`). `allow_reference`: pasted
     copies of the reference earn points (checking the solution notebooks). `stored_only`: judge
-    from the stored cases alone (None: when this is a student edition)."""
+    from the stored cases alone (None: when this is a student edition). `isolation`: "auto",
+    "bubblewrap" or "landlock" (the sandbox's tier, `autograder.trusted.isolation`)."""
     problem = submission_problem(str(submission))
     if problem:
         raise FileNotFoundError(problem)
     session = GradingSession(submission, device, probe_timeout, memory_mb, seed, official,
-                             time_limit, sandbox, allow_reference, stored_only)
+                             time_limit, sandbox, allow_reference, stored_only, isolation)
     grader = session.grader
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]
@@ -49,4 +51,5 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     score, maximum = grader.totals()
     return {"results": {r["name"]: r for r in results}, "score": score, "max_score": maximum,
             "load_failure": grader.load_failure, "load_errors": grader.load_errors,
-            "tampering": tampering, "practice": grader.practice, "stored_only": grader.stored_only, "isolation": grader.isolation_note}
+            "tampering": tampering, "practice": grader.practice, "stored_only": grader.stored_only, "isolation": grader.isolation_note,
+            "tier": grader.isolation_tier}

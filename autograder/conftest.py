@@ -38,6 +38,9 @@ def pytest_addoption(parser) -> None:
     group.addoption("--stored-only", action="store_true",
                     help="judge from the stored cases alone, without the reference (a practice "
                          "grade; always so in the student edition)")
+    group.addoption("--isolation", default="auto", choices=("auto", "bubblewrap", "landlock"),
+                    help="the sandbox's tier: the first that holds here (auto), bubblewrap, or "
+                         "landlock (Landlock and seccomp, where namespaces are refused)")
     group.addoption("--allow-reference", action="store_true",
                     help="let copies of the reference earn points: for an instructor checking the "
                          "solution notebooks (which hold the reference), never for a student's grade")
@@ -54,8 +57,10 @@ def pytest_configure(config) -> None:
     if problem is None and official and (EDITION.exists() or config.getoption("--stored-only")):
         problem = ("--official: this autograder grades from stored cases only (a practice grade); "
                    + OFFICIAL_ELSEWHERE)
-    if problem is None and official and sandbox_problem(ROOT):
-        problem = f"--official: refusing to grade without isolation: {sandbox_problem(ROOT)}"
+    isolation = config.getoption("--isolation")
+    if problem is None and official and sandbox_problem(ROOT, isolation):
+        problem = ("--official: refusing to grade without isolation: "
+                   f"{sandbox_problem(ROOT, isolation)}")
     if problem:
         results = config.getoption("--results")
         if results:
@@ -78,7 +83,8 @@ class Session:
             config.getoption("--seed"), official=config.getoption("--official"),
             time_limit=config.getoption("--time-limit"),
             allow_reference=config.getoption("--allow-reference"),
-            stored_only=config.getoption("--stored-only") or None)
+            stored_only=config.getoption("--stored-only") or None,
+            isolation=config.getoption("--isolation"))
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autograder.api import grade
-from autograder.trusted.isolation import bwrap_command, sandbox_problem
+from autograder.trusted.isolation import bwrap_command, isolation_tier, sandbox_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_sandbox = pytest.mark.skipif(sandbox_problem(ROOT) is not None,
@@ -44,15 +44,17 @@ def test_a_missing_submission_is_a_usage_error_named_in_results_json(tmp_path):
 
 
 def test_without_bubblewrap_the_grade_is_practice_and_official_refuses(tmp_path):
-    """PATH without bwrap: the grader says PRACTICE in the table and results.json, and an
-    --official run stops with a usage error before grading anything."""
+    """PATH without bwrap and bubblewrap asked for: the grader says PRACTICE in the table and
+    results.json, and an --official run stops with a usage error before grading anything; it
+    never falls back to tier 2 unasked."""
     env = {**os.environ, "PATH": str(tmp_path)}
     results = tmp_path / "results.json"
-    refused = _cli("--submission", "course", "--official", "--results", str(results), env=env)
+    refused = _cli("--submission", "course", "--official", "--isolation", "bubblewrap",
+                   "--results", str(results), env=env)
     assert refused.returncode == 4 and "refusing to grade without isolation" in refused.stderr
     assert "bubblewrap is not installed" in json.loads(results.read_text())["output"]
     practice = _cli("--submission", "course", "-k", "compute_entropy", "--results", str(results),
-                    env=env)
+                    "--isolation", "bubblewrap", env=env)
     assert practice.returncode == 0, practice.stdout[-3000:]
     assert "PRACTICE grade" in practice.stdout
     document = json.loads(results.read_text())
@@ -84,6 +86,69 @@ print(repr(seen))
     assert seen["course"] is False and seen["fixtures"] == [] and seen["network"] is False
     assert max(seen["processes"]) < 10  # its own PID namespace: the grader is not there
     assert set(v for k, v in seen.items() if k.startswith("/")) == {"refused"}
+
+
+def test_the_tier_is_chosen_named_and_never_changed_silently():
+    """`isolation_tier`: the first tier of the choice that holds, else (None, why each does not);
+    an unknown choice is an error naming the option."""
+    with pytest.raises(ValueError, match="--isolation 'docker'"):
+        isolation_tier(ROOT, "docker")
+    for choice, tiers in (("bubblewrap", {"bubblewrap"}), ("landlock", {"landlock-seccomp"}),
+                          ("auto", {"bubblewrap", "landlock-seccomp"})):
+        tier, why = isolation_tier(ROOT, choice)
+        assert (tier in tiers and why is None) or (tier is None and why), (choice, tier, why)
+    if isolation_tier(ROOT, "bubblewrap")[0]:
+        assert isolation_tier(ROOT, "auto")[0] == "bubblewrap"
+
+
+@pytest.mark.skipif(sandbox_problem(ROOT, "landlock") is not None,
+                    reason=f"no tier 2 here: {sandbox_problem(ROOT, 'landlock')}")
+def test_tier_2_confines_a_child_as_it_must():
+    """The tier-2 self-test, run as a stage child would be (nobody, Landlock, seccomp): it writes
+    its own folder only, cannot read the grader's files (mode 0644 here: Landlock refuses), opens
+    no AF_INET socket, makes no namespace; and the grader's own folder is 0700."""
+    import tempfile
+
+    from autograder.trusted.sandbox import Sandbox
+
+    private = tempfile.mkdtemp()
+    os.chown(private, 65534, 65534)
+    secret = ROOT / "autograder" / "fixtures" / "expected.pt"
+    assert secret.stat().st_mode & 0o004  # readable by modes alone: Landlock is what refuses
+    done = subprocess.run([sys.executable, "-I", "-B", str(ROOT / "autograder" / "untrusted" /
+                                                          "confine.py"), "--check", private,
+                           str(secret)], capture_output=True, text=True, timeout=120,
+                          user=65534, group=65534, extra_groups=[])
+    seen = json.loads(done.stdout)
+    assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"] and seen["unix_socket"]
+    assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unshare"]), seen
+    box = Sandbox(ROOT, "cpu", 256, isolated=True, tier="landlock-seccomp")
+    try:
+        assert os.stat(box.private).st_mode & 0o777 == 0o700
+        assert os.stat(box.stages).st_mode & 0o777 == 0o711  # traversable, not listable
+    finally:
+        box.close()
+
+
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_one_memory_bound_holds_over_all_processes_of_a_grading(tier):
+    """Six forked processes of 200 MiB each under --memory-mb 256: each is under its own address
+    space limit, so only a bound over the whole grading (a memory cgroup) stops them; the OOM
+    killer then takes some (SIGKILL), and the note says what bounded the grading."""
+    from autograder.trusted import memory
+
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    probe, why = memory.create(f"autograder-probe-{os.getpid()}")
+    if probe is None:
+        pytest.skip(f"no memory cgroup for the grader here: {why}")
+    memory.remove(probe)
+    graded = grade(str(ROOT / "tests" / "autograder_cases" / "attack_memory_many_processes.py"),
+                   ("compute_entropy",), memory_mb=256, isolation=tier, probe_timeout=30.0)
+    output = next(iter(graded["results"].values()))["output"]
+    statuses = [int(s) for s in output.split("statuses of the six: [")[1].split("]")[0].split(",")]
+    assert statuses.count(9) >= 1, output
+    assert "by a memory cgroup of" in graded["isolation"]
 
 
 def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypatch):

@@ -24,7 +24,7 @@ import torch
 
 from autograder.trusted import core
 from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference
-from autograder.trusted.isolation import sandbox_problem
+from autograder.trusted.isolation import isolation_tier
 from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
@@ -37,6 +37,9 @@ FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
 EDITION = ROOT / "edition.json"
 NO_FORK = ("skipped: this check forks data-parallel processes, and this Python has no os.fork "
            "(Windows); `pytest autograder` on Linux or macOS grades it")
+NO_TCP = ("skipped: this check trains on data-parallel gloo ranks, whose transport is TCP, and "
+          "this grading's isolation (tier 2, Landlock and seccomp: no network namespace) refuses "
+          "every socket but AF_UNIX; a grading in the bubblewrap sandbox grades it")
 OFFICIAL_ELSEWHERE = ("the official grade draws fresh cases and judges them with the reference: "
                       "Gradescope, `python -m autograder.batch`, or `pytest autograder --official` "
                       "in the full course repository")
@@ -118,12 +121,16 @@ class Grader:
                  probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
                  namespace: dict | None = None, official: bool = False,
                  time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None,
-                 allow_reference: bool = False, stored_only: bool | None = None):
+                 allow_reference: bool = False, stored_only: bool | None = None,
+                 isolation: str = "auto"):
         """`sandbox`: a template started ahead for this grading alone (batch grading starts the
         next submission's while one is graded); it must not be used for another grading.
         `allow_reference`: a pasted copy of the reference earns its points (an instructor checking
         the solution notebooks, which hold the reference); never for a student's grade.
-        `stored_only`: judge from the stored cases alone (None: when this is a student edition)."""
+        `stored_only`: judge from the stored cases alone (None: when this is a student edition).
+        `isolation`: "auto" (the first tier that holds here), "bubblewrap" or "landlock" (tier 2,
+        `autograder.trusted.isolation`); where the one asked for does not hold, a practice grade,
+        never another tier."""
         self.allow_reference = allow_reference
         self.stored_only = EDITION.exists() if stored_only is None else stored_only
         self.submission = submission
@@ -138,13 +145,14 @@ class Grader:
         self.stage_failures: dict[str, str] = {}
         self.copied: set[str] = set()
         self.practice: str | None = None  # why this grade is only a practice grade
+        self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
         if self.in_process:
             from autograder.selfcheck import InProcessRunner
 
             self.runner = InProcessRunner(namespace, device)
         else:
             _import_trusted()
-            self.practice = sandbox_problem(ROOT)
+            self.isolation_tier, self.practice = isolation_tier(ROOT, isolation)
             if official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
                                            f"{self.practice}")
@@ -152,13 +160,13 @@ class Grader:
                 raise IsolationUnavailable(f"--official: a stored-only grading is a practice grade; "
                                            f"{OFFICIAL_ELSEWHERE}")
             fits = sandbox is not None and sandbox.isolated == (self.practice is None) \
-                and sandbox.device == device \
+                and sandbox.tier == self.isolation_tier and sandbox.device == device \
                 and list(sandbox.visible) == _visible_paths(submission)
             if sandbox is not None and not fits:
                 sandbox.close()
             self.runner = sandbox if fits else Sandbox(
                 ROOT, device, memory_mb, isolated=self.practice is None,
-                visible=_visible_paths(submission))
+                visible=_visible_paths(submission), tier=self.isolation_tier)
             self.copied = set() if allow_reference else copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
@@ -186,8 +194,13 @@ class Grader:
             return "PRACTICE grade: run in the notebook's own process, not isolated"
         if self.practice:
             return (f"PRACTICE grade: the submission ran WITHOUT isolation ({self.practice}); "
-                    "an official grade needs the bubblewrap sandbox")
-        return "isolated: each stage ran in a bubblewrap sandbox"
+                    "an official grade needs the bubblewrap sandbox or Landlock and seccomp")
+        if self.isolation_tier == "landlock-seccomp":
+            return ("isolated (tier 2, landlock-seccomp): each stage ran alone under its own user "
+                    "id with Landlock and seccomp, without namespaces; memory bounded per process "
+                    f"and, for the whole grading, {self.runner.memory_bound}")
+        return ("isolated (tier 1, bubblewrap): each stage ran alone in a bubblewrap sandbox; "
+                f"memory bounded per process and, for the whole grading, {self.runner.memory_bound}")
 
     # ---- talking to the submission -------------------------------------------------------
     def _remaining(self) -> float:
@@ -216,15 +229,20 @@ class Grader:
             return
 
     def _stage_client(self, stage: str) -> StageClient:
-        """The stage's child, started (with one retry for a timeout or a stopped sandbox)."""
+        """The stage's child, started (with one retry for a timeout or a stopped sandbox). At
+        most one stage's child is alive: another stage's is ended first (it and every process of
+        its user, and what it wrote is wiped), so no two stages can exchange anything; a stage
+        met again gets a fresh child."""
         if stage in self.stages:
             return self.stages[stage]
+        for other in list(self.stages):
+            self.stages.pop(other).close()
         config = {"submission": self.submission.to_request(), "device": self.device,
                   "stage": stage, "paths": _visible_paths(self.submission),
                   "grading_reference": self.submission.is_reference,
                   "course": course_sources(None if self.submission.is_reference else stage)}
         client = StageClient(self.runner, stage, config, START_TIMEOUT,
-                        self.memory_mb if self.device == "cpu" else None)
+                        self.memory_mb)
         for attempt in (1, 2):
             client.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
             try:
@@ -285,6 +303,8 @@ class Grader:
             return self._record(check, None, "skipped: needs --device cuda and a GPU", started)
         if check.needs_processes and not hasattr(os, "fork"):  # a self-check on Windows
             return self._record(check, None, NO_FORK, started)
+        if check.needs_processes and self.isolation_tier == "landlock-seccomp":
+            return self._record(check, None, NO_TCP, started)
         score, output = self._judge(check)
         if check.gate and score is not None:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])

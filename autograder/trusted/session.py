@@ -29,14 +29,15 @@ class GradingSession:
     def __init__(self, submission: str | Path, device: str = "cpu", probe_timeout: float = 30.0,
                  memory_mb: int = 6144, seed: int | None = None, official: bool = False,
                  time_limit: float | None = None, sandbox=None,
-                 allow_reference: bool = False, stored_only: bool | None = None):
+                 allow_reference: bool = False, stored_only: bool | None = None,
+                 isolation: str = "auto"):
         from autograder.trusted import report, results  # noqa: F401  (before any student code)
 
         loaded = load_submission(submission, ROOT)
         self.grader = Grader(loaded, resolve_device(device), probe_timeout, memory_mb, seed,
                              official=official, time_limit=time_limit or DEFAULT_TIME_LIMIT,
                              sandbox=sandbox, allow_reference=allow_reference,
-                             stored_only=stored_only)
+                             stored_only=stored_only, isolation=isolation)
         target = Path(loaded.target)
         extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
         # in the sandbox nothing outside it is writable; without one, look for what changed
