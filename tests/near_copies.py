@@ -61,7 +61,7 @@ class _Rename(ast.NodeTransformer):
 
     def visit_Constant(self, node):
         if isinstance(node.value, str):
-            node.value = "reworded: " + node.value[::-1]
+            node.value = "reworded"
         return node
 
 
