@@ -127,6 +127,24 @@ def _stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
     return ast.unparse(tree)
 
 
+# Stage 2's given helper: its plain path (`logits_chunk_size=0`) must be the student's own
+# computation, so each function and method of the helper counts its calls in the module's
+# `__grader_calls__`, which the probes read around a plain-path call (`probes.GIVEN_HEAD`).
+GIVEN_HEAD = "course.chunked_head"
+COUNTER = "__grader_calls__"
+
+
+def _counted(source: str) -> str:
+    tree = parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body[:0] = parse(f"{COUNTER}[0] += 1").body
+    after = max((i + 1 for i, n in enumerate(tree.body)
+                 if isinstance(n, ast.ImportFrom) and n.module == "__future__"), default=0)
+    tree.body[after:after] = parse(f"{COUNTER} = [0]").body
+    return ast.unparse(tree)
+
+
 def course_sources(stage: str | None) -> dict[str, str]:
     """{module name: source} of `course`; graded modules of `stage` and later stages stubbed
     (stage None: the whole reference, for grading `course` itself)."""
@@ -136,7 +154,7 @@ def course_sources(stage: str | None) -> dict[str, str]:
         source = path.read_text(encoding="utf-8")
         if stage is not None and MODULE_STAGE.get(name, 0) >= STAGE_NUMBER[stage]:
             source = _stubbed(source)
-        sources[name] = source
+        sources[name] = _counted(source) if name == GIVEN_HEAD else source
     return sources
 
 

@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import shutil
+import sys
 import tempfile
 import time
 import weakref
@@ -123,6 +124,14 @@ def get_path(output, path: str):
     return output
 
 
+GIVEN_HEAD = "course.chunked_head"  # its functions count their calls (trusted/reference.py)
+
+
+def _given_head_calls() -> int:
+    counter = getattr(sys.modules.get(GIVEN_HEAD), "__grader_calls__", None)
+    return counter[0] if isinstance(counter, list) and counter and type(counter[0]) is int else 0
+
+
 def _call_guarded(state: SubmissionState, name: str, fn):
     """Run fn(); report delegation if the reference `name` was called meanwhile."""
     state.reference_calls.clear()
@@ -146,6 +155,7 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
     measure = request.get("measure_cuda_memory") and torch.cuda.is_available()
 
     def run():
+        head_calls = _given_head_calls()
         if measure:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -155,6 +165,8 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
             output = function(**kwargs)
         response = {"status": "ok", "output": to_plain(output),
                     "requires_grad": _requires_grad(output)}
+        if request.get("count_given_head"):
+            response["given_head_calls"] = _given_head_calls() - head_calls
         if request.get("count_saved_bytes"):
             response["saved_bytes"] = saved.total()
         backward = request.get("backward")
