@@ -28,8 +28,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from near_copies import DISGUISES, near_copy_source  # noqa: E402
 
+from autograder.trusted.classmates import PAIR_THRESHOLD, graded_prints  # noqa: E402
 from autograder.trusted.grader import _sources  # noqa: E402
 from autograder.trusted.reference import COPY_THRESHOLD, definitions_in, reference_shares  # noqa: E402
+from autograder.trusted.similarity import resemblance  # noqa: E402
 from autograder.trusted.submission import load_submission  # noqa: E402
 from course.registry import GRADED_FUNCTIONS  # noqa: E402
 
@@ -48,6 +50,31 @@ def copy_shares(disguise: str) -> dict[str, float]:
             for name in GRADED_FUNCTIONS}
 
 
+def honest_pairs() -> dict[tuple[str, str, str], float]:
+    """{(file, file, graded function): resemblance} over every pair of honest implementations."""
+    prints = {Path(spec).name: graded_prints(str(ROOT / spec)) for spec in HONEST[:-1]}
+    names = sorted(prints)
+    return {(a, b, f): resemblance(set(prints[a][f]), set(prints[b][f]))
+            for i, a in enumerate(names) for b in names[i + 1:]
+            for f in prints[a].keys() & prints[b].keys()}
+
+
+def classmate_copy_shares() -> dict[str, float]:
+    """{graded function: resemblance of the reference and its disguised copy}, as two students."""
+    import tempfile
+
+    shares = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in GRADED_FUNCTIONS:
+            paths = []
+            for label, disguise in (("a", "renamed"), ("b", "all three")):
+                path = Path(folder) / f"{label}_{name}.py"
+                path.write_text(near_copy_source(name, disguise), encoding="utf-8")
+                paths.append(graded_prints(str(path)).get(name, []))
+            shares[name] = resemblance(set(paths[0]), set(paths[1]))
+    return shares
+
+
 def main() -> None:
     rows = {Path(spec).name: honest_shares(spec) for spec in HONEST}
     copies = {f"copy: {d}": copy_shares(d) for d in DISGUISES}
@@ -62,6 +89,12 @@ def main() -> None:
     print(f"\nlargest honest share {honest:.2f}, smallest near-copy share {copied:.2f}, threshold "
           f"{COPY_THRESHOLD:.2f}: margins {COPY_THRESHOLD - honest:.2f} above honest work, "
           f"{copied - COPY_THRESHOLD:.2f} below the copies")
+    pairs = honest_pairs()
+    worst = max(pairs, key=pairs.get)
+    copy_pair = min(classmate_copy_shares().values())
+    print(f"\nclassmates: the most similar honest pair of one function {worst}: "
+          f"{pairs[worst]:.2f} (next {sorted(pairs.values())[-2]:.2f}); a near-copy of a classmate "
+          f"at least {copy_pair:.2f}; pair threshold {PAIR_THRESHOLD:.2f}")
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
 
 

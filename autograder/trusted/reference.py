@@ -208,7 +208,7 @@ def _stored_prints() -> tuple[str, dict[str, set[str]]]:
     return "", {name: set(v) for name, v in reference_prints().items()}
 
 
-def _with_callees(definition: ast.FunctionDef, by_name: dict) -> list[ast.FunctionDef]:
+def with_callees(definition: ast.FunctionDef, by_name: dict) -> list[ast.FunctionDef]:
     """`definition` and the submission's functions it calls by name, transitively."""
     seen, todo = {id(definition): definition}, [definition]
     while todo:
@@ -246,7 +246,7 @@ def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
     by_name = {d.name: d for d in definitions}
     best = dict.fromkeys(prints, (0.0, ""))
     for definition in definitions:
-        held = set().union(*(kgrams(tokens(d), salt) for d in _with_callees(definition, by_name)))
+        held = set().union(*(kgrams(tokens(d), salt) for d in with_callees(definition, by_name)))
         for name, reference in prints.items():
             share = containment(reference, held)
             if share > best[name][0]:
