@@ -233,6 +233,11 @@ This is a PRACTICE grade, and it says so: it judges your functions on the cases 
 autograder (no fresh inputs), and skips, saying why, the few checks that need the reference. Your
 official grade is computed by your instructor (for example on Gradescope), on fresh inputs checked
 against the reference: code that only knows the stored cases earns nothing there.
+The check cells in each notebook are practice too: they run in your own kernel, where nothing is
+isolated, so their totals (and nbgrader's, where your instructor uses it) match the official
+grade for honest work only. The official grade is the one that counts; it also gives 0 to a
+function that copies the reference (renamed, padded or reordered) or builds code at run time
+(`exec`, `eval`, `compile`, decoding).
 Submit your notebooks the way your instructor asks.
 
 ## When your instructor reveals a stage
