@@ -1,4 +1,5 @@
-"""Code a submission would build while it runs: `exec`, `eval`, `compile`, unpacking, reflection.
+"""Code a submission would build while it runs, or reach into the grader with: `exec`, `eval`,
+`compile`, unpacking, reflection, the probes' own objects.
 
 The copy detector (`autograder.trusted.reference`) compares the code it reads; code built from a
 string at run time (the reference packed with zlib and base64 and `exec`uted at import, a code
@@ -12,12 +13,14 @@ each construct and its line. The course never needs them: the notebooks' own cod
 - modules that unpack, deserialize or import code: `marshal`, `pickle`, `dill`, `cloudpickle`,
   `importlib`, `imp`, `runpy`, `pkgutil`, `zipimport`, `codecs`, `base64`, `binascii`, `zlib`,
   `gzip`, `bz2`, `lzma`, `zipfile`, `ctypes`, `builtins`, `code`, `codeop`, `types`,
-  `py_compile`, `compileall` (imported in any form);
+  `py_compile`, `compileall`, and `gc`, `inspect`, which find any object or frame of the process,
+  and the grader's own modules (`autograder.*`, except `autograder.selfcheck`, which the
+  notebooks import to check themselves) (imported in any form);
 - attributes that reach code objects, frames, namespaces or the interpreter's import machinery:
   `__code__`, `__globals__`, `__builtins__`, `__dict__`, `__closure__`, `__subclasses__`,
   `__bases__`, `__base__`, `__mro__`, `__getattribute__`, `f_globals`, `f_locals`, `f_builtins`,
   `f_back`, `tb_frame`, `gi_frame`, `sys.modules`, `sys._getframe`, `sys.meta_path`,
-  `sys.path_hooks`, `torch.load`, `torch.jit`, `torch.package`;
+  `sys.path_hooks`, `torch.load`, `torch.jit`, `torch.package`, `torch._C`;
 - `getattr`, `setattr`, `delattr` or `hasattr` with an attribute name that is not a string
   literal, or that is one of the attributes above (`getattr(f, "__co" + "de__")`).
 """
@@ -30,12 +33,15 @@ BUILTINS = {"exec", "eval", "compile", "__import__", "breakpoint", "__builtins__
             "__loader__", "__spec__"}
 MODULES = {"marshal", "pickle", "dill", "cloudpickle", "importlib", "imp", "runpy", "pkgutil",
            "zipimport", "codecs", "base64", "binascii", "zlib", "gzip", "bz2", "lzma", "zipfile",
-           "ctypes", "builtins", "code", "codeop", "types", "py_compile", "compileall"}
+           "ctypes", "builtins", "code", "codeop", "types", "py_compile", "compileall", "gc",
+           "inspect"}
+SELF_CHECK = "autograder.selfcheck"  # the one grader module a submission may import
 ATTRIBUTES = {"__code__", "__globals__", "__builtins__", "__dict__", "__closure__",
               "__subclasses__", "__bases__", "__base__", "__mro__", "__getattribute__",
               "f_globals", "f_locals", "f_builtins", "f_back", "tb_frame", "gi_frame"}
 QUALIFIED = {("sys", "modules"), ("sys", "_getframe"), ("sys", "meta_path"),
-             ("sys", "path_hooks"), ("torch", "load"), ("torch", "jit"), ("torch", "package")}
+             ("sys", "path_hooks"), ("torch", "load"), ("torch", "jit"), ("torch", "package"),
+             ("torch", "_C")}
 REFLECTION = {"getattr", "setattr", "delattr", "hasattr"}
 
 
@@ -57,7 +63,8 @@ def _construct(node: ast.AST) -> str | None:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
             [alias.name for alias in node.names]
-        hit = [m for m in modules if m.split(".")[0] in MODULES]
+        hit = [m for m in modules if m.split(".")[0] in MODULES
+               or m.split(".")[0] == "autograder" and m != SELF_CHECK]
         return f"import of `{hit[0]}`" if hit else None
     if isinstance(node, ast.Attribute):
         if node.attr in ATTRIBUTES:
