@@ -108,6 +108,12 @@ PACKINGS = {
     "getattr of builtins": "def f():\n    return getattr(__builtins__, 'ex' + 'ec')",
     "code object swapped": "def compute_entropy(x):\n    return x\ncompute_entropy.__code__ = None",
     "a frame's globals": "import sys\ndef f():\n    return sys._getframe().f_globals",
+    # reaching the probes that measure the submission, to rewrite their answers
+    "the grader's probes": "import autograder.untrusted.probes as p\np._requires_grad = None",
+    "the grader's package": "from autograder import untrusted",
+    "the garbage collector": "import gc\ndef f():\n    return gc.get_objects()",
+    "stack frames": "from inspect import currentframe",
+    "torch internals": "import torch\ndef f():\n    return torch._C",
 }
 
 
@@ -127,6 +133,7 @@ def test_the_rule_names_the_construct_and_the_function_that_holds_it():
 
 def test_honest_constructs_are_not_dynamic_code():
     honest = ("import torch\nimport math\nfrom dataclasses import dataclass\n"
+              "from autograder.selfcheck import self_check\n"
               "def f(config, model):\n    fn = torch.compile(model)\n"
               "    return getattr(config, 'loss_fn'), getattr(getattr(model, 'config', None), "
               "'grpo_logits_chunk_size', 0), globals(), fn")
