@@ -60,9 +60,17 @@ def to_plain(x, depth: int = 0):
     return {"__unsupported__": type(x).__name__}
 
 
+def _tensor_requires_grad(x: torch.Tensor) -> bool:
+    """Autograd's own flag: a tensor subclass may override `requires_grad` (a property that says
+    False) or intercept it in `__torch_function__`; the base class's descriptor, with torch
+    functions of subclasses disabled, reads what autograd will do."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return bool(torch._C.TensorBase.requires_grad.__get__(x))
+
+
 def _requires_grad(x, prefix: str = "") -> dict:
     if isinstance(x, torch.Tensor):
-        return {prefix: bool(x.requires_grad)}
+        return {prefix: _tensor_requires_grad(x)}
     flags = {}
     if isinstance(x, dict):
         for k, v in x.items():
