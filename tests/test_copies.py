@@ -160,3 +160,18 @@ def test_the_reference_itself_holds_all_of_its_fingerprints():
         prints = fingerprints(reference_definition(name))
         assert len(prints) >= 10, name  # enough to measure a share on
         assert containment(prints, set(kgrams(tokens(reference_definition(name))))) == 1.0
+
+
+def test_copies_in_the_files_a_submission_imports_are_found(tmp_path, monkeypatch):
+    """A .py that imports a sibling module, a package that imports a submodule: both read."""
+    (tmp_path / "helper.py").write_text(near_copy_source("estimate_kl", "all three"))
+    (tmp_path / "work.py").write_text("from helper import estimate_kl\n")
+    assert list(copied_references(_sources(load_submission(str(tmp_path / "work.py"), ROOT)))) \
+        == ["estimate_kl"]
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("from .impl import compute_entropy\n")
+    (tmp_path / "mypkg" / "impl.py").write_text(near_copy_source("compute_entropy", "dead code"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    submission = load_submission("mypkg", ROOT)
+    assert submission.kind == "module"
+    assert list(copied_references(_sources(submission))) == ["compute_entropy"]

@@ -95,18 +95,24 @@ def _read_source(path: Path) -> str | None:
     return None
 
 
-def _imported_files(source: str, folder: Path) -> list[Path]:
-    """The files of `folder` that `source`'s imports would load (`name.py`, `name/__init__.py`)."""
+def _imported_files(source: str, folder: Path, here: Path) -> list[Path]:
+    """The files that `source`'s imports would load from `folder` (absolute imports) or `here`,
+    the folder of the file itself (relative ones): `name.py`, `name/__init__.py`."""
     try:
         tree = parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}
-    names |= {node.module.split(".")[0] for node in ast.walk(tree)
-              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
-    return [path for name in sorted(names) for path in (folder / f"{name}.py",
-                                                        folder / name / "__init__.py")]
+    wanted = []  # (folder, module name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            wanted += [(folder, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            wanted.append((folder, node.module.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom):
+            wanted += [(here, name) for name in ([node.module.split(".")[0]] if node.module
+                                                 else [alias.name for alias in node.names])]
+    return [path for base, name in sorted(set(wanted))
+            for path in (base / f"{name}.py", base / name / "__init__.py")]
 
 
 def _sources(submission: Submission) -> list[str]:
@@ -122,7 +128,7 @@ def _sources(submission: Submission) -> list[str]:
         return []
     folder = Path(folders[0])
     todo = [Path(submission.target)] if submission.kind == "py" else \
-        _imported_files(f"import {submission.target}", folder)
+        _imported_files(f"import {submission.target}", folder, folder)
     texts, seen = [], set()
     while todo and len(seen) < MAX_SOURCE_FILES:
         path = todo.pop(0)
@@ -132,7 +138,7 @@ def _sources(submission: Submission) -> list[str]:
         text = _read_source(path)
         if text is not None:
             texts.append(text)
-            todo += _imported_files(text, path.parent if path.name == "__init__.py" else folder)
+            todo += _imported_files(text, folder, path.parent)
     return texts
 
 
