@@ -19,8 +19,9 @@ each construct and its line. The course never needs them: the notebooks' own cod
 - attributes that reach code objects, frames, namespaces or the interpreter's import machinery:
   `__code__`, `__globals__`, `__builtins__`, `__dict__`, `__closure__`, `__subclasses__`,
   `__bases__`, `__base__`, `__mro__`, `__getattribute__`, `f_globals`, `f_locals`, `f_builtins`,
-  `f_back`, `tb_frame`, `gi_frame`, `sys.modules`, `sys._getframe`, `sys.meta_path`,
-  `sys.path_hooks`, `torch.load`, `torch.jit`, `torch.package`, `torch._C`;
+  `f_back`, `tb_frame`, `gi_frame`, `_C` (torch's C bindings; `torch._C` imported too),
+  `sys.modules`, `sys._getframe`, `sys.meta_path`,
+  `sys.path_hooks`, `torch.load`, `torch.jit`, `torch.package`;
 - `getattr`, `setattr`, `delattr` or `hasattr` with an attribute name that is not a string
   literal, or that is one of the attributes above (`getattr(f, "__co" + "de__")`).
 """
@@ -38,10 +39,9 @@ MODULES = {"marshal", "pickle", "dill", "cloudpickle", "importlib", "imp", "runp
 SELF_CHECK = "autograder.selfcheck"  # the one grader module a submission may import
 ATTRIBUTES = {"__code__", "__globals__", "__builtins__", "__dict__", "__closure__",
               "__subclasses__", "__bases__", "__base__", "__mro__", "__getattribute__",
-              "f_globals", "f_locals", "f_builtins", "f_back", "tb_frame", "gi_frame"}
+              "f_globals", "f_locals", "f_builtins", "f_back", "tb_frame", "gi_frame", "_C"}
 QUALIFIED = {("sys", "modules"), ("sys", "_getframe"), ("sys", "meta_path"),
-             ("sys", "path_hooks"), ("torch", "load"), ("torch", "jit"), ("torch", "package"),
-             ("torch", "_C")}
+             ("sys", "path_hooks"), ("torch", "load"), ("torch", "jit"), ("torch", "package")}
 REFLECTION = {"getattr", "setattr", "delattr", "hasattr"}
 
 
@@ -64,7 +64,7 @@ def _construct(node: ast.AST) -> str | None:
         modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
             [alias.name for alias in node.names]
         hit = [m for m in modules if m.split(".")[0] in MODULES
-               or m.split(".")[0] == "autograder" and m != SELF_CHECK]
+               or m.split(".")[0] == "autograder" and m != SELF_CHECK or m.startswith("torch._C")]
         return f"import of `{hit[0]}`" if hit else None
     if isinstance(node, ast.Attribute):
         if node.attr in ATTRIBUTES:

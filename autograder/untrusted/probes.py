@@ -19,12 +19,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils.checkpoint
 
 from autograder.protocol import wire
 from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
 
 MAX_DEPTH = 6
+_AUTOGRAD = torch._C._autograd  # where saved_tensors_hooks pushes its hooks, at each __enter__
+CHECKPOINT_FILE = torch.utils.checkpoint.__file__  # non-reentrant checkpointing's own hooks
 
 
 @dataclass
@@ -100,9 +103,23 @@ class SavedBytes:
 
     def __enter__(self):
         self.hooks.__enter__()
+        self.foreign = []  # saved-tensor hooks the code under test installs, other than checkpoint's
+        self._push = _AUTOGRAD._push_saved_tensors_default_hooks
+        _AUTOGRAD._push_saved_tensors_default_hooks = self._watched_push
         return self
 
+    def _watched_push(self, pack, unpack):
+        """Hooks pushed inside ours take precedence, so what they keep never reaches `_pack`:
+        only checkpointing's (which keep nothing, and recompute) are the student's to use; any
+        other is named in the answer (its code cannot claim checkpoint's file without building
+        code at run time, which the copy rule forbids)."""
+        code = getattr(pack, "__code__", None)
+        if getattr(code, "co_filename", None) != CHECKPOINT_FILE:
+            self.foreign.append(str(getattr(pack, "__qualname__", type(pack).__name__))[:100])
+        return self._push(pack, unpack)
+
     def __exit__(self, *exc):
+        _AUTOGRAD._push_saved_tensors_default_hooks = self._push
         return self.hooks.__exit__(*exc)
 
     def total(self) -> int:
@@ -177,6 +194,7 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
             response["given_head_calls"] = _given_head_calls() - head_calls
         if request.get("count_saved_bytes"):
             response["saved_bytes"] = saved.total()
+            response["foreign_saved_hooks"] = saved.foreign[:10]
         backward = request.get("backward")
         if backward is not None:
             target = get_path(output, backward["path"])

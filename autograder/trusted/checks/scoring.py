@@ -270,9 +270,13 @@ def chunked_saved_bytes(ctx) -> None:
         raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")
     chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
     allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16  # + (B, T) vectors
-    saved = response.get("saved_bytes")
+    saved, hooks = response.get("saved_bytes"), response.get("foreign_saved_hooks")
     if type(saved) is not int or saved < 0:  # the worker's answer is data to check, not to trust
         raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte count")
+    if not isinstance(hooks, list) or hooks:
+        raise Fail(f"your code installs saved-tensor hooks of its own ({hooks!r}): what they keep "
+                   "for backward is hidden from the count; recompute each chunk with "
+                   "torch.utils.checkpoint or a custom autograd.Function instead")
     if saved > allowed:
         raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
                    f"more than the decoder's activations plus about one chunk of logits "
