@@ -256,22 +256,25 @@ def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
 
 def copied_references(sources: list[str]) -> dict[str, str]:
     """{graded function: why it earns nothing} for each one that `sources` (the submission's code,
-    read, never run) holds a copy of, or could build at run time."""
+    read, never run: its notebooks, or a .py and the files it imports) holds a copy of, or could
+    build at run time. A definition is read with the functions it calls from any of `sources`."""
     salt, prints = _stored_prints()
     found: dict[str, str] = {}
+    everything = []
     for source in sources:
         tree, definitions = definitions_in(source)
         if tree is None:
             continue
+        everything += definitions
         dynamic = _dynamic_reason(tree)
         if dynamic:
             for name in prints:
                 found.setdefault(name, dynamic)
-        for name, (share, holder) in reference_shares(definitions, salt, prints).items():
-            if share >= COPY_THRESHOLD and name not in found:
-                found[name] = (f"{name} is a copy of the reference `course.{name}`: `{holder}` "
-                               f"holds {share:.0%} of its fingerprints (independent work holds "
-                               f"under {COPY_THRESHOLD:.0%}; renaming, dead code or reordering do "
-                               "not change it): write your own implementation (calling the "
-                               "reference functions of earlier stages is fine)")
+    for name, (share, holder) in reference_shares(everything, salt, prints).items():
+        if share >= COPY_THRESHOLD and name not in found:
+            found[name] = (f"{name} is a copy of the reference `course.{name}`: `{holder}` "
+                           f"holds {share:.0%} of its fingerprints (independent work holds "
+                           f"under {COPY_THRESHOLD:.0%}; renaming, dead code or reordering do "
+                           "not change it): write your own implementation (calling the "
+                           "reference functions of earlier stages is fine)")
     return found

@@ -90,7 +90,11 @@ class SavedBytes:
     model's parameters and buffers). Counted with `torch.autograd.graph.saved_tensors_hooks`, so it
     works on any device; what `torch.utils.checkpoint` recomputes is never handed to these hooks."""
 
-    def __init__(self, inputs):
+    def __init__(self, inputs, watch_hooks: bool = False):
+        """`watch_hooks`: name the saved-tensor hooks the code under test pushes (`foreign`); for a
+        submission only (the trusted side, which may measure in several threads, does not)."""
+        self.watch_hooks = watch_hooks
+        self.foreign: list[str] = []
         self.owned = {t.untyped_storage().data_ptr() for t in _owned_tensors(inputs)}
         self.saved = []  # (weak reference to the saved tensor, storage address, storage bytes)
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
@@ -103,9 +107,9 @@ class SavedBytes:
 
     def __enter__(self):
         self.hooks.__enter__()
-        self.foreign = []  # saved-tensor hooks the code under test installs, other than checkpoint's
-        self._push = _AUTOGRAD._push_saved_tensors_default_hooks
-        _AUTOGRAD._push_saved_tensors_default_hooks = self._watched_push
+        if self.watch_hooks:
+            self._push = _AUTOGRAD._push_saved_tensors_default_hooks
+            _AUTOGRAD._push_saved_tensors_default_hooks = self._watched_push
         return self
 
     def _watched_push(self, pack, unpack):
@@ -119,7 +123,8 @@ class SavedBytes:
         return self._push(pack, unpack)
 
     def __exit__(self, *exc):
-        _AUTOGRAD._push_saved_tensors_default_hooks = self._push
+        if self.watch_hooks:
+            _AUTOGRAD._push_saved_tensors_default_hooks = self._push
         return self.hooks.__exit__(*exc)
 
     def total(self) -> int:
@@ -185,7 +190,8 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
-        saved = SavedBytes(kwargs) if request.get("count_saved_bytes") else contextlib.nullcontext()
+        saved = SavedBytes(kwargs, watch_hooks=True) if request.get("count_saved_bytes") \
+            else contextlib.nullcontext()
         with torch.no_grad() if request.get("no_grad") else contextlib.nullcontext(), saved:
             output = function(**kwargs)
         response = {"status": "ok", "output": to_plain(output),
