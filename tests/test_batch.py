@@ -25,6 +25,7 @@ from autograder.batch import (
 )
 from autograder.trusted.classmates import graded_prints, similar_pairs
 from autograder.trusted.isolation import sandbox_problem
+from course.registry import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 REDTEAM = ROOT / "tests" / "redteam"
@@ -77,7 +78,7 @@ def test_a_class_gets_one_right_row_per_student_and_a_rerun_grades_nothing_again
     maximum = float(rows["felix"]["max_score"])
     assert maximum > 0
     assert float(rows["felix"]["score"]) == maximum
-    assert sum(float(rows["felix"][stage]) for stage in CSV_HEADER[3:]) == maximum
+    assert sum(float(rows["felix"][stage]) for stage in STAGES) == maximum
     # ada handed in the solution notebooks, which hold the reference: pasted copies earn nothing
     for student in ("ada", "blaise", "carl", "dora", "emmy"):
         assert float(rows[student]["score"]) == 0, student
