@@ -234,12 +234,12 @@ def test_pasted_copies_are_caught_and_independent_work_is_not():
     from course.registry import GRADED_FUNCTIONS
 
     whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
-    assert copied_references(whole_reference) == set(GRADED_FUNCTIONS)
+    assert set(copied_references(whole_reference)) == set(GRADED_FUNCTIONS)
     # the solution cells are the course functions themselves (tests/test_one_implementation.py)
-    assert copied_references(_sources(load_submission("solutions", ROOT))) == set(GRADED_FUNCTIONS)
+    assert set(copied_references(_sources(load_submission("solutions", ROOT)))) == set(GRADED_FUNCTIONS)
     for independent in ("tests/autograder_cases/alt_full.py",
                         "tests/autograder_cases/alt_loops.py"):
-        assert copied_references(_sources(load_submission(independent, ROOT))) == set(), independent
+        assert copied_references(_sources(load_submission(independent, ROOT))) == {}, independent
 
 
 @needs_sandbox
