@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,12 +41,16 @@ cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes /sys/fs/cgroup/memory.peak \
     > /autograder/results/peak 2>/dev/null
 true
 """
+# setup.sh needs only itself and requirements.txt: copied first, so Docker's layer cache keeps the
+# installed environment while the grader's code changes
 DOCKERFILE = """FROM {base}
-COPY source /autograder/source
 COPY wheels /autograder/wheels
+COPY source/setup.sh source/requirements.txt /autograder/source/
 RUN GRADESCOPE_WHEELS=/autograder/wheels bash /autograder/source/setup.sh \\
     && rm -rf /autograder/wheels && mkdir -p /autograder/submission /autograder/results
+COPY source /autograder/source
 """
+WHEELS_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-rehearsal"
 
 
 class RehearsalError(RuntimeError):
@@ -62,17 +67,23 @@ def _docker(*args: str, timeout: float = 1800, capture: bool = True) -> str:
     return done.stdout if capture else ""
 
 
-def download_wheels(bundle: zipfile.ZipFile, folder: Path) -> None:
+def download_wheels(bundle: zipfile.ZipFile) -> Path:
     """Every wheel setup.sh installs, fetched by this machine's pip (its own indexes and links).
     torch is the version this machine grades with (a CPU build, as setup.sh takes from PyTorch's
     CPU index), which the bundle's range admits; a plain index would offer its newest CUDA build."""
     requirements = bundle.read("requirements.txt").decode().split()
     torch = f"torch=={importlib.metadata.version('torch')}"
+    key = hashlib.sha256("\n".join([torch, *requirements]).encode()).hexdigest()[:16]
+    folder = WHEELS_CACHE / f"wheels-{key}"  # kept: the next rehearsal of these requirements
+    if (folder / "complete").exists():
+        return folder
     done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:",
                            "-d", str(folder), torch, *requirements], capture_output=True, text=True)
     if done.returncode != 0:
         raise RehearsalError("pip could not download the bundle's requirements: "
                              + done.stderr.strip()[-1500:])
+    (folder / "complete").write_text("")
+    return folder
 
 
 def build_image(bundle_path: Path, base_image: str) -> str:
@@ -90,7 +101,7 @@ def build_image(bundle_path: Path, base_image: str) -> str:
                 mode = (info.external_attr >> 16) & 0o777
                 if mode:
                     (context / "source" / info.filename).chmod(mode)
-            download_wheels(bundle, context / "wheels")
+            shutil.copytree(download_wheels(bundle), context / "wheels")
         (context / "Dockerfile").write_text(DOCKERFILE.format(base=base_image))
         _docker("build", "-q", "-t", tag, str(context))
     return tag
