@@ -23,6 +23,8 @@ import pytest
 
 from autograder.gradescope import build
 from autograder.rehearsal import build_image, run_submission, table
+from autograder.trusted import checks  # noqa: F401  (registers the checks)
+from autograder.trusted.core import CHECK_NAMED
 from course.registry import POINTS
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
@@ -142,17 +144,25 @@ def _independent(folder: Path, hog: bool = False) -> Path:
 
 
 def _graded(outcome: dict) -> dict:
+    """The official results.json of a grading that completed, its tier named in the table, every
+    check graded or skipped saying why (tier 2 cannot run the data-parallel check: no TCP)."""
     results = outcome["results"]
     assert results is not None, outcome["table"]
-    assert results["extra_data"]["isolation_tier"] in TIERS, outcome["table"]
-    assert f"isolation tier: {results['extra_data']['isolation_tier']}" in outcome["table"]
+    tier = results["extra_data"]["isolation_tier"]
+    assert tier in TIERS and f"isolation tier: {tier}" in outcome["table"], outcome["table"]
     assert not results["extra_data"]["practice"] and outcome["exit_code"] == 0
+    skipped = [t for t in results["tests"] if t["status"] == "skipped"]
+    assert all(t["output"].startswith("skipped") for t in skipped), skipped
+    assert tier != "bubblewrap" or not skipped, skipped
+    graded = sum(t["max_score"] for t in results["tests"])
+    assert graded + sum(CHECK_NAMED[t["name"]].points for t in skipped) == TOTAL
+    results["graded_points"] = graded
     return results
 
 
 def test_a_correct_independent_implementation_gets_full_marks(images, tmp_path):
     results = _graded(_grade(images["student"], _independent(tmp_path / "upload")))
-    assert results["score"] == TOTAL, results["tests"]
+    assert results["score"] == results["graded_points"], results["tests"]
 
 
 def test_the_solutions_get_full_marks_with_the_check_bundle(images, tmp_path):
@@ -160,7 +170,7 @@ def test_the_solutions_get_full_marks_with_the_check_bundle(images, tmp_path):
     shutil.copytree(ROOT / "solutions", upload, ignore=shutil.ignore_patterns(".*"))
     outcome = _grade(images["check"], upload)
     results = _graded(outcome)
-    assert results["score"] == TOTAL, results["tests"]
+    assert results["score"] == results["graded_points"], results["tests"]
     assert results["output"].startswith("NOT A STUDENT'S GRADE")
 
 
@@ -168,7 +178,7 @@ def test_blank_notebooks_get_zero(images, tmp_path):
     upload = tmp_path / "upload"
     shutil.copytree(ROOT / "notebooks", upload, ignore=shutil.ignore_patterns(".*"))
     results = _graded(_grade(images["student"], upload))
-    assert results["score"] == 0 and sum(t["max_score"] for t in results["tests"]) == TOTAL
+    assert results["score"] == 0
 
 
 def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(images, tmp_path):
@@ -184,5 +194,5 @@ def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(images, tm
     lost = [t for t in results["tests"] if t["status"] == "failed"]
     assert lost and all(t["name"].startswith("compute_entropy") for t in lost), lost
     assert all("memory" in t["output"] for t in lost if t["score"] == 0), lost
-    assert results["score"] == TOTAL - POINTS["compute_entropy"]
+    assert results["score"] == results["graded_points"] - POINTS["compute_entropy"]
 
