@@ -78,6 +78,9 @@ GRADESCOPE_MEMORY, GRADESCOPE_CPUS = "768 MB", "0.5"
 GRADER_MB = 512  # the grader's own processes at their peak in that container (autograder.rehearsal)
 DEFAULT_MEMORY_MB = 6144  # pytest autograder's own --memory-mb default
 DEFAULT_TIME_LIMIT = 1200.0
+# the grader's own process at half a CPU: one thread (more only cost stacks and malloc arenas; the
+# expected values are computed on one thread anyway, `core.one_thread`) and two malloc arenas
+LEAN = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 KILL_GRACE = 30.0  # seconds past the time limit before `run` stops a grader that overran it
 
 PYTEST_INI = """[pytest]
@@ -204,7 +207,8 @@ def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_T
                "--time-limit", f"{max(remaining, 1.0):.1f}", "--memory-mb", str(memory)]
     command += ["--allow-reference"] if allow_reference else []
     try:  # the grader keeps its own clock; this one stops a grader that no longer does
-        done = subprocess.run(command, cwd=ROOT, timeout=max(remaining, 1.0) + KILL_GRACE)
+        done = subprocess.run(command, cwd=ROOT, timeout=max(remaining, 1.0) + KILL_GRACE,
+                              env={**LEAN, **os.environ})
         why = f"the grader exited with code {done.returncode}"
     except subprocess.TimeoutExpired:
         why = f"the grader ran past --time-limit {time_limit:g} s and was stopped"
