@@ -75,7 +75,10 @@ fi
 # Gradescope's default container (https://gradescope-autograders.readthedocs.io/en/latest/
 # troubleshooting/): a grading must fit in it, every process of it together
 GRADESCOPE_MEMORY, GRADESCOPE_CPUS = "768 MB", "0.5"
-GRADER_MB = 512  # the grader's own processes at their peak in that container (autograder.rehearsal)
+# the grader's own processes in that container: 606-644 MiB at the peak of a whole grading, with a
+# stage child's own memory (benchmarks/bench_gradescope.py); a submission gets the rest as its
+# address-space bound, and beyond it the OOM killer takes a stage child (oom_score_adj 1000) first
+GRADER_MB = 512
 DEFAULT_MEMORY_MB = 6144  # pytest autograder's own --memory-mb default
 DEFAULT_TIME_LIMIT = 1200.0
 # the grader's own process at half a CPU: one thread (more only cost stacks and malloc arenas; the
