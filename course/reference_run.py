@@ -15,14 +15,14 @@ of sampling, not digit for digit.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from course.cli import Parser
 from course.implementations import missing_references
-from course.train import TrainConfig, train
+from course.train_config import TrainConfig
 
 RECORDED = Path(__file__).parent / "checkpoints" / "reference_run.json"
 NOTEBOOK_RUN = TrainConfig(steps=60, eval_every=20, eval_problems=200, eval_samples=2, seed=0)
@@ -38,6 +38,8 @@ def compared_fields(config: TrainConfig) -> dict:
 def record(path: Path = RECORDED, progress: bool = True) -> dict:
     """Train `NOTEBOOK_RUN` on CPU with the reference of every stage and write its records and
     summary to `path`. Raises RuntimeError where some stage's reference is not here."""
+    from course.train import train  # torch: after the command line is checked
+
     missing = missing_references()
     if missing:
         raise RuntimeError(f"the reference of {', '.join(missing)} is not here (a student "
@@ -69,8 +71,7 @@ def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.reference_run",
-                                     description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.reference_run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RECORDED,
                         help=f"where to write the recorded run (default: {RECORDED})")
     args = parser.parse_args(argv)

@@ -12,12 +12,18 @@ each other. Three details decide whether the numbers downstream are right:
   (run seed, step, prompt index, sample index). A response therefore does not depend on which
   other rows shared its batch: generation batch size, padding and data-parallel sharding change
   nothing, which is what lets `torchrun` reproduce a single-process run.
-* Old log-probs. The sampler's log-probs come from the raw logits of `generate` (τ = 1) and are
-  placed on the tokenization the train step uses (`tokenize_rollouts`), position for position; the
-  trainer's come from re-scoring that batch (`score_tokens`). In float32 the two agree to ~1e-6, so
-  the sampler's serve as old log-probs; in bf16 they differ, which is what `course.compare_logprobs`
-  and truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
-  you off-policy RL training") are about.
+* Old log-probs, at the sampling temperature. A row sampled at τ was drawn from softmax(z/τ), so
+  every log-prob of it, the sampler's, π_old's, π_θ's and the reference's, is a log-prob of
+  softmax(z/τ): the logits are divided by τ before scoring, as open-instruct
+  (open_instruct/grpo_fast.py) and TRL (trl/trainer/grpo_trainer.py) do before their log-softmax.
+  Scored at τ = 1 instead, the ratio π/π_old and the TIS
+  weights would be those of another distribution. The sampler's log-probs come from the raw logits
+  of `generate` divided by τ and are placed on the tokenization the train step uses
+  (`tokenize_rollouts`), position for position; the trainer's come from re-scoring that batch
+  (`score_tokens`, at the same τ). In float32 the two agree to ~1e-6, so the sampler's serve as old
+  log-probs; in bf16 they differ, which is what `course.compare_logprobs` and truncated importance
+  sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+  training") are about.
 
 A response string is the decoded sample including a final "<eos>" when the model stopped, so
 re-tokenizing it reproduces exactly the sampled tokens and the train step learns when to stop.
@@ -26,6 +32,7 @@ re-tokenizing it reproduces exactly the sampled tokens and the train step learns
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -70,7 +77,7 @@ class Generation:
 
     responses: list[str]                    # decoded, with a final "<eos>" when the model stopped
     response_ids: list[list[int]]           # the sampled token ids, <eos> included
-    sampler_log_probs: list[torch.Tensor]   # per row (len(response_ids[i]),), float32, τ = 1
+    sampler_log_probs: list[torch.Tensor]   # per row (len(response_ids[i]),), float32, of softmax(z/τ)
 
 
 @torch.no_grad()
@@ -86,8 +93,11 @@ def generate(
     """Complete each prompt once: sampled with per-row `seeds`, or greedy when `seeds` is None.
 
     Prompts are tokenized without special tokens (as `tokenize_prompt_and_output` does), padded
-    on the left, and generation stops at <eos> or after `max_new_tokens`.
+    on the left, and generation stops at <eos> or after `max_new_tokens`. The sampler's log-probs
+    are those of softmax(logits / `temperature`), the distribution sampled from.
     """
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
     responses, response_ids, log_probs = [], [], []
@@ -125,7 +135,9 @@ def _generate_batch(model, tokenizer, prompts, seeds, max_new_tokens, temperatur
     )
     new_tokens = output.sequences[:, batch["input_ids"].shape[1]:].cpu()            # (B, N)
     raw_logits = torch.stack(output.logits, dim=1).float().cpu()                    # (B, N, V)
-    token_log_probs = raw_logits.log_softmax(-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+    # log softmax(z/τ): the distribution the Gumbel-max sampler drew from
+    token_log_probs = (raw_logits / temperature).log_softmax(-1)                     # (B, N, V)
+    token_log_probs = token_log_probs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)  # (B, N)
     responses, response_ids, log_probs = [], [], []
     for row, row_log_probs in zip(new_tokens.tolist(), token_log_probs):
         # Keep tokens up to and including the first <eos>; what follows is generate's padding.
@@ -195,10 +207,12 @@ def tokenize_rollouts(tokenizer, rollouts: RolloutBatch) -> dict[str, torch.Tens
 
 
 @torch.no_grad()
-def score_tokens(model, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
-    """log π(labels) (B, T), float32 on the CPU, for a batch from `tokenize_rollouts`."""
+def score_tokens(model, tokens: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(z/τ)(labels) (B, T), float32 on the CPU, for a batch from `tokenize_rollouts`
+    sampled at τ = `temperature`."""
     device = next(model.parameters()).device
-    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device), tokens["labels"].to(device))
+    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device), tokens["labels"].to(device),
+                                       temperature=temperature)
     return log_probs["log_probs"].float().cpu()
 
 

@@ -29,206 +29,51 @@ answer accuracy on 500 problems, sampled at temperature 1, rose from 23% to a me
 
 from __future__ import annotations
 
-import argparse
-import ast
+if __name__ == "__main__":  # the command line checks its flags before torch loads (course.cli)
+    from course.train_config import main
+
+    raise SystemExit(main())
+
 import copy
-import inspect
 import json
-import math
 import os
 import platform
 import random
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
-from course.advantages import BASELINES, NORMALIZERS
-from course.aggregation import LOSS_NORMALIZATIONS
 from course.distributed import rank_and_world_size
-from course.implementations import (
-    Implementations,
-    StageNotWritten,
-    load_implementations,
-    missing_references,
-    stand_in_for_stubs,
-)
-from course.losses import KL_ESTIMATORS, PG_METHODS, estimate_kl, truncated_importance_weights
+from course.implementations import Implementations
+from course.losses import estimate_kl, truncated_importance_weights
 from course.metrics import compare_logprobs
 from course.models import load_model_and_tokenizer
 from course.plotting import plot_training_curves
-from course.registry import STAGE_NAMED, STAGE_OF
+from course.progress import progress_bar
 from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts
 from course.tasks import make_problems, r1_zero_reward_fn
+from course.train_config import (  # re-exported: `from course.train import TrainConfig, train`
+    LOSSES,
+    NORMALIZATIONS,
+    WARM_START,
+    ConfigError,
+    TrainConfig,
+    edition_notebooks,
+    main,
+    temperature_problem,
+    validate,
+)
 from course.train_step import grpo_train_step
 
-WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a student edition's folder holds edition.json
-LOSSES = PG_METHODS
-NORMALIZATIONS = LOSS_NORMALIZATIONS
-CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
-           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS}
-# The lowest value of each numeric option, and whether that value itself is allowed.
-LOWER_BOUNDS = {
-    "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
-    "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
-    "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
-    "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
-    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
-    "threads": (0, True),
-}
+__all__ = ["LOSSES", "NORMALIZATIONS", "WARM_START", "TrainConfig", "edition_notebooks", "main",
+           "train", "validate"]
+
 # The held-out problems and their sampling noise are fixed, so every run is measured on the same test.
 EVAL_SEED = 1
 REWARD_KEYS = ("reward_mean", "format_reward_mean", "answer_reward_mean")
-
-
-@dataclass
-class TrainConfig:
-    """Everything one GRPO run depends on; `python -m course.train --help` lists it."""
-
-    checkpoint: str = str(WARM_START)
-    """Folder with the starting policy and tokenizer (`save_model_and_tokenizer` format)."""
-    steps: int = 500
-    """Rollout batches (each followed by `updates_per_rollout` optimizer steps)."""
-    prompts_per_step: int = 8
-    """Problems per rollout batch, over all ranks; must divide evenly among them."""
-    group_size: int = 8
-    """G: responses sampled per problem; advantages compare a response with its group."""
-    lr: float = 1e-4
-    """AdamW learning rate, constant; ten times below the warm start's 1e-3. At 2e-4 (8 x 8 rollouts
-    per step) greedy accuracy fell from 0.93 to 0.69: the policy collapsed onto wrong answers."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    loss: str = "grpo"
-    """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo, cispo."""
-    cliprange: float = 0.2
-    """ε of the clipped losses (grpo, gspo, cispo)."""
-    normalization: str = "sequence"
-    """Loss normalization: sequence (GRPO), token (DAPO), constant (Dr. GRPO)."""
-    normalization_constant: float = 0.0
-    """C for constant normalization; 0 means rollouts per step × max_new_tokens."""
-    baseline: str = "mean"
-    """Advantage baseline: mean (GRPO) or none (rejection-sampling fine-tuning)."""
-    advantage_normalizer: str = "std"
-    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
-    updates_per_rollout: int = 1
-    """Optimizer steps per rollout batch; above 1 the policy moves off the sampler and clipping acts."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches per optimizer step on each rank; the update does not depend on it."""
-    max_grad_norm: float = 1.0
-    """Clip the global gradient norm to this (0 disables clipping)."""
-    max_new_tokens: int = 16
-    """Longest response; a complete answer takes 7 or 8 tokens."""
-    temperature: float = 1.0
-    """Sampling temperature of the rollouts."""
-    sampler_dtype: str = "float32"
-    """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
-    tis_cap: float = 2.0
-    """Cap of the truncated importance weights min(π_old/π_sampler, cap) that correct the loss for a
-    bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
-    kl_beta: float = 0.0
-    """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
-    kl_estimator: int = 2
-    """Estimator of the KL penalty: 0 (k1 = δ), 1 (k2 = δ²/2), 2 (k3 = exp(−δ) − 1 + δ), 3 (ratio·δ)."""
-    eval_problems: int = 500
-    """Held-out problems for the accuracy reports (at least 200 for the course's bar)."""
-    eval_samples: int = 4
-    """Samples per held-out problem for the sampled (temperature 1) accuracy."""
-    eval_every: int = 100
-    """Evaluate every this many steps (0: only before and after training)."""
-    seed: int = 0
-    """Seeds the problem order, the rollout sampling and torch."""
-    device: str = "cpu"
-    """Where the policy, the reference and the sampler live: cpu, cuda or cuda:N."""
-    threads: int = 1
-    """torch CPU threads per process (0: torch's default). A 1M-parameter model runs fastest on one:
-    its matrices are too small to split, and on a busy machine extra threads wait on each other."""
-
-
-def field_help(config_class) -> dict[str, str]:
-    """The docstring written under each dataclass field, by field name."""
-    tree = ast.parse(inspect.getsource(config_class))
-    body = tree.body[0].body
-    docs = {}
-    for node, following in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
-                and isinstance(following.value, ast.Constant)):
-            docs[node.target.id] = following.value.value
-    return docs
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=(),
-                         types=None) -> None:
-    """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped by its docstring."""
-    docs, choices, types = field_help(config_class), choices or {}, types or {}
-    for field in (f for f in fields(config_class) if f.name not in exclude):
-        default = field.default
-        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
-                            type=types.get(field.name, type(default)),
-                            default=default, choices=choices.get(field.name),
-                            help=f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})")
-
-
-class ConfigError(ValueError):
-    """A bad value of one TrainConfig field; `field` names it (the command line names its flag)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field} {message}")
-        self.field, self.message = field, message
-
-
-def out_of_range(name: str, value) -> str | None:
-    """Why `value` is not allowed for the numeric field `name` (None when it is)."""
-    low, inclusive = LOWER_BOUNDS[name]
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    if value < low or (value == low and not inclusive):
-        return f"must be {'>=' if inclusive else '>'} {low}, got {value}"
-    return None
-
-
-def device_problem(device: str) -> str | None:
-    """Why `device` cannot hold the run (None when it can)."""
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
-        return f"must be cpu, cuda or cuda:N, got {device!r}"
-    if kind == "cuda" and not torch.cuda.is_available():
-        return f"{device!r}: torch sees no CUDA device (torch.cuda.is_available() is False)"
-    return None
-
-
-def checkpoint_problem(folder: str) -> str | None:
-    """Why `folder` is not a saved policy (None when it is one)."""
-    if not Path(folder).is_dir():
-        return f"{folder!r} is not a folder"
-    if not (Path(folder) / "config.json").is_file():
-        return f"{folder!r} holds no saved model (no config.json; see save_model_and_tokenizer)"
-    return None
-
-
-def validate(config: TrainConfig, world_size: int) -> None:
-    """Raise ConfigError naming the first field whose value cannot run."""
-    for name, allowed in CHOICES.items():
-        if getattr(config, name) not in allowed:
-            raise ConfigError(name, f"must be one of {allowed}, got {getattr(config, name)!r}")
-    for name in LOWER_BOUNDS:
-        if problem := out_of_range(name, getattr(config, name)):
-            raise ConfigError(name, problem)
-    for name, problem in (("device", device_problem(config.device)),
-                          ("checkpoint", checkpoint_problem(config.checkpoint))):
-        if problem:
-            raise ConfigError(name, problem)
-    if config.prompts_per_step % world_size:
-        raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must divide among {world_size} ranks")
-    rows = config.prompts_per_step // world_size * config.group_size
-    if config.gradient_accumulation_steps > rows:
-        raise ConfigError("gradient_accumulation_steps", f"({config.gradient_accumulation_steps}) must be at most "
-                          f"the {rows} rollouts each rank trains on per step")
-    if config.group_size < 2 and config.advantage_normalizer == "std":
-        raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
 
 
 def _reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict[str, float]:
@@ -266,8 +111,9 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     """
     tokens = tokenize_rollouts(tokenizer, rollouts)
     mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
-    old_log_probs = score_tokens(policy, tokens) if separate_sampler else sampler_log_probs
-    ref_log_probs = score_tokens(reference, tokens)
+    # every log-prob is of softmax(z/τ), the distribution sampled at τ = config.temperature
+    old_log_probs = score_tokens(policy, tokens, config.temperature) if separate_sampler else sampler_log_probs
+    ref_log_probs = score_tokens(reference, tokens, config.temperature)
     kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                      # k3, (B, T)
     count = float(mask.sum())
     token_means = {"kl_to_reference": float((kl * mask).sum()) / max(count, 1)}
@@ -298,6 +144,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
+    if problem := temperature_problem(train_step):
+        raise ConfigError("temperature", problem)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -323,8 +171,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     if out is not None and rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         metrics_file = open(out / "metrics.jsonl", "w")
-    bar = tqdm(range(1, config.steps + 1), disable=not progress or rank != 0,
-               desc="GRPO", unit="step")
+    bar = progress_bar(range(1, config.steps + 1), config.steps, desc="GRPO", unit="step",
+                       enabled=progress and rank == 0)
     for step in bar:
         step_start = time.time()
         problems = problem_rng.sample(pool, config.prompts_per_step)[rank * per_rank:(rank + 1) * per_rank]
@@ -350,6 +198,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                 kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
                 ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
                 sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+                temperature=config.temperature,
             )
         # The train step's statistics are per rank for rewards (equal row counts: mean of means).
         rewards = _reduce_over_ranks({k: metadata[k] / world_size for k in REWARD_KEYS}, {})
@@ -401,92 +250,15 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     return summary
 
 
-def _flag_type(kind, problem):
-    """An argparse `type=`: convert with `kind`, then refuse what `problem` objects to."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
-        if message := problem(value):
-            raise argparse.ArgumentTypeError(message)
-        return value
-    return parse
-
-
-def flag_types(config_class=TrainConfig) -> dict:
-    """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
-    types = {name: _flag_type(type(getattr(config_class, name)), lambda value, name=name: out_of_range(name, value))
-             for name in LOWER_BOUNDS}
-    types["device"] = _flag_type(str, device_problem)
-    types["checkpoint"] = _flag_type(str, checkpoint_problem)
-    return types
-
-
-def stages_of(names: tuple[str, ...]) -> str:
-    """"3_advantages, 4_losses": the stages of the graded functions `names`, in course order."""
-    return ", ".join(key for key in STAGE_NAMED if key in {STAGE_OF[name] for name in names})
-
-
-def edition_notebooks(missing: tuple[str, ...], root: Path = PACKAGE_ROOT) -> Path:
-    """The notebooks to train with when the reference of the graded functions `missing` is not
-    here and no --notebooks was given: a student edition's own `notebooks/`. Raises ValueError
-    naming --notebooks where `root` is no edition or holds no notebooks."""
-    folder = root / "notebooks"
-    if not (root / "edition.json").is_file() or not any(folder.glob("*.ipynb")):
-        raise ValueError(f"the reference of stage {stages_of(missing)} is not here, and {folder} "
-                         "holds no notebooks: give --notebooks DIR, the folder of your notebooks")
-    return folder
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m course.train", description=__doc__.split("\n\n")[0],
-        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on CPU).")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
-                             "(default: write nothing, print the summary)")
-    parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
-                        help="train with your own stages, read from the notebooks in DIR (stages "
-                             "not written yet use the reference where it is available)")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
-    args = vars(parser.parse_args(argv))
-    out, notebooks = args.pop("out"), args.pop("notebooks")
-    implementations = None
-    missing = missing_references()
-    if notebooks is None and missing:  # a student edition: train with the learner's stages
-        try:
-            notebooks = edition_notebooks(missing)
-        except ValueError as error:
-            parser.error(f"argument --notebooks: {error}")
-        print(f"this student edition has not revealed stage {stages_of(missing)}: training "
-              f"with your notebooks in {notebooks} (--notebooks DIR for another folder)")
-    if notebooks is not None:
-        try:
-            implementations = load_implementations(notebooks)
-        except (FileNotFoundError, StageNotWritten) as error:
-            parser.error(f"argument --notebooks: {error}")
-        # this module runs as __main__ under `python -m`: its own names of stubs too
-        stand_in_for_stubs(implementations.functions, [globals()])
-        print(implementations.table())
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    try:  # what no single flag decides: values that must fit together, and the world size
-        validate(TrainConfig(**args), world_size)
-    except ConfigError as error:
-        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
-    distributed = world_size > 1
-    if distributed:
-        dist.init_process_group("gloo")
+def run_distributed(config: TrainConfig, out: Path | None, implementations: Implementations | None,
+                    world_size: int) -> dict:
+    """`train` in one process, or as one rank of `world_size` under torchrun (gloo)."""
+    if world_size == 1:
+        return train(config, out, implementations=implementations)
+    dist.init_process_group("gloo")
     try:
-        summary = train(TrainConfig(**args), out, implementations=implementations)
-        if distributed:
-            dist.barrier()  # no rank tears gloo down while another is still communicating
+        summary = train(config, out, implementations=implementations)
+        dist.barrier()  # no rank tears gloo down while another is still communicating
     finally:
-        if distributed:
-            dist.destroy_process_group()
-    if summary:
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+        dist.destroy_process_group()
+    return summary

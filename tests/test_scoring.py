@@ -144,6 +144,24 @@ def test_chunked_matches_naive_float64(make_model, batch):
     assert relative_difference(grads, [p.grad for p in model.parameters()]) < 1e-10
 
 
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_temperature_scores_softmax_of_logits_over_tau(make_model, batch, chunk):
+    # τ = 0.5: log softmax(z / τ)(y) and its entropy, plain and chunked, against float64 by hand
+    model = make_model(torch.float64)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True,
+                                 logits_chunk_size=chunk, temperature=0.5)
+    with torch.no_grad():
+        logits = model(batch["input_ids"]).logits / 0.5                            # (B, T, V)
+    expected = logits.log_softmax(-1).gather(-1, batch["labels"][..., None])[..., 0]
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out["token_entropy"], entropy(logits), rtol=0, atol=1e-12)
+    at_one = response_log_probs(model, batch["input_ids"], batch["labels"])
+    assert (out["log_probs"] - at_one).abs().max() > 0.1  # τ = 1 is far outside the tolerance
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="temperature"):
+            get_response_log_probs(model, batch["input_ids"], batch["labels"], temperature=bad)
+
+
 def test_chunked_without_grad_matches(make_model, batch):
     model = make_model(torch.float64)
     with torch.no_grad():
