@@ -179,10 +179,11 @@ def container_memory_mb() -> int | None:
 
 
 def submission_memory_mb(container_mb: int | None) -> int:
-    """What `--memory-mb` a submission gets: inside a container limit, what the grader's own
-    processes leave of it (GRADER_MB, measured by `autograder.rehearsal`), so that a submission
-    that hoards memory fails its own probe with MemoryError before the container's OOM killer
-    has to choose a process; without a limit, the grader's default."""
+    """What `--memory-mb` a submission gets: inside a container's limit, about what the grader's
+    own processes leave of it (GRADER_MB), so a hoard of address space fails with MemoryError in
+    its own probe; one of real pages may reach the container's limit first, and then the OOM
+    killer ends the stage child (the highest oom_score_adj), which costs that function its
+    points and says memory. Without a limit, the grader's default."""
     if container_mb is None:
         return DEFAULT_MEMORY_MB
     return max(MIN_MEMORY_MB, container_mb - GRADER_MB)

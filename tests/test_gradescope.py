@@ -131,7 +131,8 @@ def test_run_autograder_grades_officially_in_the_gradescope_layout(bundle, tmp_p
     assert "--allow-reference" not in pasted["output"]
     assert results["attack"]["score"] == 0
     for document in results.values():
-        assert "isolated" in document["output"] and not document.get("practice")
+        assert "isolated" in document["output"] and document["extra_data"]["practice"] is False
+        assert document["extra_data"]["isolation_tier"] == "bubblewrap" and "practice" not in document
         assert "fresh-input seed" in document["output"]
         assert document["stdout_visibility"] == "hidden"
         for test in document["tests"]:
