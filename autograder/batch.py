@@ -20,6 +20,10 @@ its start costs no wall time), whose stage children run under their own user ids
 submission is copied alone into a private folder. So no student sees another's files, nor
 anything a previous submission left in a sandbox's /tmp or /dev/shm. A submission that crashes or
 hangs is stopped by the grader's time limits and costs only its own row; a grading that fails on the trusted side costs only its row too.
+
+A grading that did not complete (the sandbox would not start, the time limit ran out, the grader
+failed) is no grade: its row says `incomplete` where the score would be, with no stage points, its
+feedback file says GRADING DID NOT COMPLETE and why, and the next run grades it again.
 """
 
 # ruff: noqa: E402  (nothing is imported before sys.path is made safe, below)
@@ -35,7 +39,6 @@ _HERE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _CWD = os.path.realpath(os.getcwd())
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _CWD or _CWD == _HERE]
 
-import argparse
 import csv
 import hashlib
 import io
@@ -52,17 +55,24 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from autograder.trusted.report import escape
-from autograder.trusted.results import write_results
-from course.registry import STAGES
+from autograder.options import Parser, memory_mb, positive_int, seconds
 
-CSV_HEADER = ["student", "score", "max_score", *STAGES, "note", "similar_to"]
 SUFFIXES = (".py", ".ipynb")
 MAX_PY_BYTES = 4 * 2**20  # one .py submission
 
 
 class EntryProblem(ValueError):
     """An entry that cannot be graded at all (the message says why): it costs only its own row."""
+
+
+def __getattr__(name: str):
+    """CSV_HEADER, on first use: the stages' names come from `course`, which imports torch, and
+    a usage error must not wait for that."""
+    if name == "CSV_HEADER":
+        from course.registry import STAGES
+
+        return ["student", "score", "max_score", *STAGES, "note", "similar_to"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def entries(folder: Path) -> dict[str, Path]:
@@ -238,6 +248,7 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
         graded = grade(target, seed=seed, official=True, sandbox=sandbox, **options)
         checks = list(graded["results"].values())
         record.update(score=graded["score"], max_score=graded["max_score"],
+                      incomplete=graded["incomplete"],
                       isolation=graded["isolation"], problems=notes + [
                           p for p in [graded["load_failure"]] + graded["load_errors"] if p],
                       checks=[{k: c[k] for k in ("name", "stage", "score", "max_score", "status",
@@ -246,9 +257,10 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
     except EntryProblem as exc:
         record.update(problems=[f"not graded: {exc}"], note=f"not graded: {exc}")
     except Exception as exc:  # the grader itself failed on this entry: its row says so
-        why = (f"the grader failed on this submission ({type(exc).__name__}: {exc}); rerun with "
-               "--regrade after fixing the cause")
-        record.update(checks=[], problems=[why], note=why)
+        why = (f"the grader failed on this submission ({type(exc).__name__}: {exc}); the next "
+               "run grades it again")
+        record.update(score=0.0, max_score=0.0, isolation="", checks=[], problems=[],
+                      incomplete=[why], note=why)
     finally:
         shutil.rmtree(private, ignore_errors=True)
     return record
@@ -256,6 +268,8 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
 
 # ---- the class ---------------------------------------------------------------------------------
 def stage_scores(record: dict) -> dict[str, float]:
+    from course.registry import STAGES
+
     scores = dict.fromkeys(STAGES, 0.0)
     for check in record["checks"]:
         if check["status"] != "skipped":
@@ -265,7 +279,13 @@ def stage_scores(record: dict) -> dict[str, float]:
 
 def feedback(record: dict) -> str:
     """What a student reads: the total, each stage, and every check with its diagnosis."""
+    from autograder.trusted.report import escape
+
     out = io.StringIO()
+    if record.get("incomplete"):
+        out.write(f"{record['student']}: GRADING DID NOT COMPLETE: this is not your score; "
+                  f"{'; '.join(map(escape, record['incomplete']))}\n")
+        return out.getvalue()
     out.write(f"{record['student']}: {record['score']:g} / {record['max_score']:g} points\n")
     if record["isolation"]:
         out.write(f"{record['isolation']}; fresh inputs drawn with seed {record['seed']}\n")
@@ -296,11 +316,20 @@ def write_text(path: Path, text: str) -> None:
 def write_csv(path: Path, records: list[dict], similar: dict[str, str]) -> None:
     """The grades: one row per student, with the note of an entry not (wholly) graded and the
     classmates whose work is near-identical (`similar`: {student: text}); every text cell is
-    spreadsheet-safe."""
+    spreadsheet-safe. A grading that did not complete has no number that could be read as a grade."""
+    from autograder.trusted.report import escape
+    from course.registry import STAGES
+
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(CSV_HEADER)
+    writer.writerow(__getattr__("CSV_HEADER"))
     for record in records:
+        if record.get("incomplete"):  # no number that could be read as a grade
+            writer.writerow([spreadsheet_safe(escape(record["student"])), "incomplete", "",
+                             *("" for _ in STAGES),
+                             spreadsheet_safe(escape("; ".join(record["incomplete"]))),
+                             spreadsheet_safe(similar.get(record["student"], ""))])
+            continue
         stages = stage_scores(record)
         writer.writerow([spreadsheet_safe(escape(record["student"])), f"{record['score']:g}",
                          f"{record['max_score']:g}", *(f"{stages[s]:g}" for s in STAGES),
@@ -313,6 +342,7 @@ def similarity_report(records: list[dict]) -> tuple[dict[str, str], str]:
     """({student: "bob (2 functions)"}, the report text): pairs of students whose graded functions
     are near-identical (`autograder.trusted.classmates`), for the instructor to review."""
     from autograder.trusted.classmates import PAIR_FUNCTIONS, PAIR_THRESHOLD, similar_pairs
+    from autograder.trusted.report import escape
 
     pairs = similar_pairs({r["student"]: r.get("prints") or {} for r in records})
     column: dict[str, list[str]] = {}
@@ -341,12 +371,14 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
     """Grade every entry not yet graded (all with `regrade`); returns every student's record."""
     from tqdm.auto import tqdm
 
+    from autograder.trusted.results import write_results
+
     store = csv_path.with_name(csv_path.name + ".results")
     store.mkdir(exist_ok=True)
     feedback_dir.mkdir(parents=True, exist_ok=True)
     students = entries(folder)
-    todo = {s: e for s, e in students.items() if regrade or
-            (stored(store, s) or {}).get("fingerprint") != fingerprint(e)}
+    todo = {s: e for s, e in students.items() if regrade or (stored(store, s) or {}).get("incomplete")
+            or (stored(store, s) or {}).get("fingerprint") != fingerprint(e)}
     skipped = len(students) - len(todo)
     if skipped:
         print(f"{skipped} of {len(students)} already graded (kept; --regrade grades them again)")
@@ -380,8 +412,9 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
                                 record = {"student": student, "entry": str(pending[student]),
                                           "fingerprint": "", "seed": 0, "score": 0.0,
                                           "max_score": 0.0, "isolation": "", "checks": [],
-                                          "problems": ["the grader's job process died twice "
-                                                       "while grading this submission"],
+                                          "problems": [], "incomplete": [
+                                              "the grader's job process died twice while "
+                                              "grading this submission"],
                                           "note": "the grader's job process died twice"}
                             else:
                                 retried.add(student)
@@ -400,32 +433,12 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
     return [r for r in records if r is not None]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.batch",
+    parser = Parser(prog="python -m autograder.batch",
                                      description="Grade every submission in DIR, officially.")
     parser.add_argument("dir", type=Path, metavar="DIR",
                         help="one entry per student: a notebooks folder, a .ipynb or a .py")
-    parser.add_argument("--jobs", type=_positive_int, default=1,
+    parser.add_argument("--jobs", type=positive_int, default=1,
                         help="submissions graded at once (at most one per CPU core)")
     parser.add_argument("--csv", type=Path, required=True,
                         help="the grades: student,score,max_score, then one column per stage")
@@ -433,11 +446,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of one feedback file per student (default: <csv>.feedback/)")
     parser.add_argument("--regrade", action="store_true",
                         help="grade again the students whose grades are already stored")
-    parser.add_argument("--probe-timeout", type=_positive_float, default=30.0,
+    parser.add_argument("--probe-timeout", type=seconds, default=30.0,
                         help="seconds one call into a submission may take")
-    parser.add_argument("--time-limit", type=_positive_float, default=600.0,
-                        help="seconds one submission's whole grading may take")
-    parser.add_argument("--memory-mb", type=_positive_int, default=4096,
+    parser.add_argument("--time-limit", type=seconds, default=600.0,
+                        help="wall-clock seconds one submission's whole grading may take")
+    parser.add_argument("--memory-mb", type=memory_mb, default=4096,
                         help="address space (MiB) a submission may use beyond the grader's own libraries")
     args = parser.parse_args(argv)
     if not args.dir.is_dir():
@@ -448,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--csv {args.csv} is a folder")
     if args.csv.exists():
         with args.csv.open(encoding="utf-8", errors="replace") as handle:
-            if handle.readline().strip() != ",".join(CSV_HEADER):
+            if handle.readline().strip() != ",".join(__getattr__("CSV_HEADER")):
                 parser.error(f"--csv {args.csv} exists and was not written by this command: "
                              "choose another name (nothing was overwritten)")
     feedback_dir = args.feedback or args.csv.with_name(args.csv.name + ".feedback")

@@ -220,7 +220,7 @@ def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(ed
     assert where.startswith(str(edition)), where  # pip install -e put the edition on the path
 
     blank, out = _grade(installed, edition, tmp_path)
-    assert blank["score"] == 0 and blank["practice"] is True
+    assert blank["score"] == 0 and blank["extra_data"]["practice"] is True
     assert PRACTICE in out and PRACTICE in blank["output"]
     assert all(t["status"] != "passed" for t in blank["tests"])
 
@@ -234,7 +234,7 @@ def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(ed
     assert full["score"] == sum(t["max_score"] for t in graded) >= 60
     assert "get_response_log_probs: a bfloat16 model is scored in float32" in skipped
     assert all("official grade" in why or "cuda" in why for why in skipped.values()), skipped
-    assert full["practice"] is True and PRACTICE in out
+    assert full["extra_data"]["practice"] is True and PRACTICE in out
 
     refused = subprocess.run([installed, "-m", "pytest", "autograder", "--official"], cwd=edition,
                              capture_output=True, text=True, env=_own_environment())
@@ -254,7 +254,7 @@ def test_solution_notebooks_grade_in_the_edition_as_in_the_repository(edition, i
                               "--allow-reference", "--stored-only", "--seed", "1")
     verdicts = {t["name"]: (t["status"], t["score"]) for t in in_edition["tests"]}
     assert verdicts == {t["name"]: (t["status"], t["score"]) for t in in_repository["tests"]}
-    assert in_edition["practice"] is True and in_edition["score"] > 0
+    assert in_edition["extra_data"]["practice"] is True and in_edition["score"] > 0
 
 
 @pytest.mark.slow
