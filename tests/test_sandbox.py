@@ -282,3 +282,17 @@ def test_one_timer_bounds_the_whole_grading():
     assert not any("timed out after" in o for o in outputs), outputs
     assert all("ran past its time limit (12 s, `--time-limit`)" in o for o in outputs), outputs
     assert any("time limit of 12 s" in reason for reason in graded["incomplete"])
+
+
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_a_notebooks_self_check_import_is_no_load_problem_in_either_tier(tier):
+    """Every notebook imports `autograder.selfcheck` for its check cells; tier 2 cannot read that
+    module (it drives the grader), so the child's import finds a stand-in: no problem is reported
+    to the student, and the function is graded."""
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    graded = grade(str(ROOT / "solutions" / "01_tokenization.ipynb"),
+                   ("tokenize_prompt_and_output",), isolation=tier, allow_reference=True)
+    assert not any("selfcheck" in problem for problem in graded["load_errors"]), \
+        graded["load_errors"]
+    assert graded["score"] == graded["max_score"] > 0, graded["results"]

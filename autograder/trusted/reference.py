@@ -254,6 +254,29 @@ def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
     return best
 
 
+def template_sources() -> dict[str, str]:
+    """{module: source} for the sandbox's template, which builds the model and tokenizer once:
+    `course.models` and the `course` modules it imports at its top level, transitively, with an
+    empty `course` package. No graded module may be among them (the template's modules outlive
+    it in every child), so one that is raises."""
+    sources, wanted, todo = course_sources(None), set(), ["course.models"]
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in sources:
+            continue
+        wanted.add(name)
+        for node in parse(sources[name]).body:  # top-level imports only: those run at import
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course."):
+                todo.append(node.module)
+            elif isinstance(node, ast.Import):
+                todo.extend(a.name for a in node.names if a.name.startswith("course."))
+    graded = wanted & set(STAGE_MODULES)
+    if graded:
+        raise RuntimeError(f"course.models imports graded modules {sorted(graded)}: the sandbox's "
+                           "template would hold their reference")
+    return {"course": "", **{name: sources[name] for name in sorted(wanted)}}
+
+
 def copied_references(sources: list[str]) -> dict[str, str]:
     """{graded function: why it earns nothing} for each one that `sources` (the submission's code,
     read, never run: its notebooks, or a .py and the files it imports) holds a copy of, or could
