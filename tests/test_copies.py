@@ -175,3 +175,26 @@ def test_copies_in_the_files_a_submission_imports_are_found(tmp_path, monkeypatc
     submission = load_submission("mypkg", ROOT)
     assert submission.kind == "module"
     assert list(copied_references(_sources(submission))) == ["compute_entropy"]
+
+
+def test_a_notebook_that_provides_no_graded_function_is_not_read_for_the_grade(tmp_path):
+    """Notebook 08 checks what is installed with importlib (dynamic code by the rule): it, like any
+    notebook that defines no graded function, is not loaded, so it costs the other notebooks
+    nothing; the same import in a notebook that does define one zeroes the graded functions."""
+    import nbformat
+
+    def notebook(name: str, source: str) -> None:
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]),
+                       tmp_path / name)
+
+    notebook("01_mine.ipynb", "import torch\n\ndef compute_entropy(logits):\n"
+                              "    p = torch.softmax(logits, -1)\n"
+                              "    return -(p * torch.log_softmax(logits, -1)).sum(-1)\n")
+    notebook("08_scratch.ipynb", "import importlib.util\nFOUND = importlib.util.find_spec('peft')\n")
+    submission = load_submission(tmp_path, tmp_path)
+    assert [unit["name"] for unit in submission.units] == ["01_mine.ipynb"]
+    assert submission.providers == {"compute_entropy": 0}
+    assert copied_references(_sources(submission)) == {}
+    notebook("01_mine.ipynb", "import importlib.util\n\ndef compute_entropy(logits):\n"
+                              "    return logits.sum(-1)\n")
+    assert "compute_entropy" in copied_references(_sources(load_submission(tmp_path, tmp_path)))

@@ -321,5 +321,10 @@ def _from_notebooks(paths: list, target: str, follow_links: bool) -> Submission:
         budget -= parsed
         units.append(unit)
         problems.extend(found)
-    return Submission("units", target, units=units, providers=_assign_providers(units),
+    # a notebook that provides no graded function (07, 08, a scratch notebook) is not loaded: a
+    # graded function lives in its own notebook's namespace, so nothing of that one can reach it
+    providers = _assign_providers(units)
+    kept = sorted(set(providers.values()))
+    return Submission("units", target, units=[units[index] for index in kept],
+                      providers={name: kept.index(index) for name, index in providers.items()},
                       problems=problems)
