@@ -12,7 +12,11 @@ Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
+from torch.utils.checkpoint import checkpoint
 
 # Architectures whose causal-LM forward is exactly lm_head(model(input_ids).last_hidden_state).
 CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")  # each proven equal in tests/test_scoring.py
@@ -231,6 +235,33 @@ def _decoder_and_head(model):
     return decoder, head
 
 
+@contextlib.contextmanager
+def _recomputed_layers(decoder: torch.nn.Module) -> Iterator[None]:
+    """While inside, each of `decoder.layers` saves only its inputs for backward and runs again
+    there (activation checkpointing, Chen et al. 2016, arXiv 1604.06174; `torch.utils.checkpoint`,
+    non-reentrant): the decoder then holds one layer's activations at a time instead of all of
+    them, for one more forward pass of the decoder, a small cost beside the head's. Exact: the
+    layers have no dropout here, and checkpoint replays the RNG state anyway."""
+    layers = list(getattr(decoder, "layers", ())) if torch.is_grad_enabled() else []
+    own = [layer.__dict__.get("forward") for layer in layers]  # an instance's own forward, if any
+    for layer in layers:
+        layer.forward = _checkpointed(layer.forward)
+    try:
+        yield
+    finally:
+        for layer, forward in zip(layers, own):
+            if forward is None:
+                del layer.forward
+            else:
+                layer.forward = forward
+
+
+def _checkpointed(forward):
+    def run(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run
+
+
 def chunked_head_log_probs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -245,7 +276,8 @@ def chunked_head_log_probs(
     if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < vocab:
         raise ValueError(f"labels must lie in [0, {vocab}) (the head's vocabulary), got "
                          f"[{int(labels.min())}, {int(labels.max())}]")
-    hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
+    with _recomputed_layers(decoder):
+        hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
     batch, positions = labels.shape
     budget = batch * chunk_size * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most
     log_probs, entropy = _ChunkedHeadLogProb.apply(
