@@ -3,7 +3,9 @@
 The chunked path runs the decoder once and then the output head tile by tile, holding at most
 the logits of one (B, `logits_chunk_size`, V) block at a time, inside one autograd Function whose
 backward recomputes each tile's logits: nothing of the size of the logits is saved for backward
-(only the hidden states and one log-normalizer per position). It bypasses the model's own
+(only the hidden states and one log-normalizer per position). The decoder's layers are
+recomputed in backward too (`_recomputed_layers`), so neither the logits nor the layers'
+activations are held for backward: one layer's at a time, while its gradient is taken. It bypasses the model's own
 forward, so it is allowed only for architectures whose logits are exactly `lm_head(decoder(x))`
 with a bias-free head (no logit scaling or soft-capping): OLMo2 (the course's model), Llama and
 Qwen2. The same idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989) and Cut
