@@ -319,6 +319,7 @@ def test_logprob_benchmark_runs_every_method_at_toy_size():
     assert {"chunked_over_log_softmax_peak", "chunked_over_log_softmax_time"} <= set(summary)
 
 
+@pytest.mark.slow
 def test_logprob_benchmark_refuses_cuda_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
