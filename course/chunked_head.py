@@ -3,9 +3,7 @@
 The chunked path runs the decoder once and then the output head tile by tile, holding at most
 the logits of one (B, `logits_chunk_size`, V) block at a time, inside one autograd Function whose
 backward recomputes each tile's logits: nothing of the size of the logits is saved for backward
-(only the hidden states and one log-normalizer per position). The decoder's layers are
-recomputed in backward too (`_recomputed_layers`), so neither the logits nor the layers'
-activations are held for backward: one layer's at a time, while its gradient is taken. It bypasses the model's own
+(only the hidden states and one log-normalizer per position). It bypasses the model's own
 forward, so it is allowed only for architectures whose logits are exactly `lm_head(decoder(x))`
 with a bias-free head (no logit scaling or soft-capping): OLMo2 (the course's model), Llama and
 Qwen2. The same idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989) and Cut
@@ -14,11 +12,7 @@ Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
-from torch.utils.checkpoint import checkpoint
 
 # Architectures whose causal-LM forward is exactly lm_head(model(input_ids).last_hidden_state).
 CHUNKABLE_MODEL_TYPES = ("olmo2", "llama", "qwen2")  # each proven equal in tests/test_scoring.py
@@ -237,49 +231,25 @@ def _decoder_and_head(model):
     return decoder, head
 
 
-@contextlib.contextmanager
-def _recomputed_layers(decoder: torch.nn.Module) -> Iterator[None]:
-    """While inside, each of `decoder.layers` saves only its inputs for backward and runs again
-    there (activation checkpointing, Chen et al. 2016, arXiv 1604.06174; `torch.utils.checkpoint`,
-    non-reentrant): the decoder then holds one layer's activations at a time instead of all of
-    them, for one more forward pass of the decoder, a small cost beside the head's. Exact: the
-    layers have no dropout here, and checkpoint replays the RNG state anyway."""
-    layers = list(getattr(decoder, "layers", ())) if torch.is_grad_enabled() else []
-    own = [layer.__dict__.get("forward") for layer in layers]  # an instance's own forward, if any
-    for layer in layers:
-        layer.forward = _checkpointed(layer.forward)
-    try:
-        yield
-    finally:
-        for layer, forward in zip(layers, own):
-            if forward is None:
-                del layer.forward
-            else:
-                layer.forward = forward
-
-
-def _checkpointed(forward):
-    def run(*args, **kwargs):
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-    return run
-
-
 def chunked_head_log_probs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     labels: torch.Tensor,
     chunk_size: int,
     return_token_entropy: bool,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(labels | input_ids) (B, T), and the entropy (B, T) if asked, holding at most the logits
-    of one (B, chunk_size, V) block at a time. `model` must be one of CHUNKABLE_MODEL_TYPES."""
+    of one (B, chunk_size, V) block at a time. `model` must be one of CHUNKABLE_MODEL_TYPES.
+    At temperature τ the logits are W h / τ = W (h / τ) (the head has no bias): h is divided."""
     decoder, head = _decoder_and_head(model)
     vocab = head.weight.shape[0]
     if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < vocab:
         raise ValueError(f"labels must lie in [0, {vocab}) (the head's vocabulary), got "
                          f"[{int(labels.min())}, {int(labels.max())}]")
-    with _recomputed_layers(decoder):
-        hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
+    hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
+    if temperature != 1:
+        hidden = hidden / temperature
     batch, positions = labels.shape
     budget = batch * chunk_size * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most
     log_probs, entropy = _ChunkedHeadLogProb.apply(

@@ -52,10 +52,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=
     docs, choices, types = field_help(config_class), choices or {}, types or {}
     for field in (f for f in fields(config_class) if f.name not in exclude):
         default = field.default
+        help_text = f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})"
+        if isinstance(default, bool):  # --flag / --no-flag
+            parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, default=default,
+                                action=argparse.BooleanOptionalAction, help=help_text)
+            continue
         parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
                             type=types.get(field.name, type(default)),
-                            default=default, choices=choices.get(field.name),
-                            help=f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})")
+                            default=default, choices=choices.get(field.name), help=help_text)
 
 
 def flag_type(kind: type, problem: Callable[[object], str | None]) -> Callable[[str], object]:

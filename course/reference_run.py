@@ -56,14 +56,19 @@ def record(path: Path = RECORDED, progress: bool = True) -> dict:
     return recorded
 
 
+def recorded_config(recorded: dict) -> dict:
+    """The compared fields of a recorded run: a field added to TrainConfig after the recording
+    ran at its default there."""
+    return {**compared_fields(TrainConfig()), **recorded["config"]}
+
+
 def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[dict, list[dict]]:
     """(summary, records) of the recorded reference run, as `course.train.train` returns and
     writes them. Raises ValueError naming the fields where `config` is not the recorded run's
     (its device, checkpoint folder and threads aside)."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
-    wanted = compared_fields(config)
-    differ = [f"{key}={wanted[key]!r} (recorded: {recorded['config'].get(key)!r})"
-              for key in wanted if recorded["config"].get(key) != wanted[key]]
+    wanted, was = compared_fields(config), recorded_config(recorded)
+    differ = [f"{key}={wanted[key]!r} (recorded: {was[key]!r})" for key in wanted if was[key] != wanted[key]]
     if differ:
         raise ValueError(f"the recorded reference run is another run: {', '.join(differ)}")
     summary = {**recorded["summary"], "machine": recorded["machine"]}

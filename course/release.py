@@ -66,6 +66,9 @@ def nbgrader_environment(config_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["JUPYTER_CONFIG_DIR"] = str(config_dir)  # an empty folder: ignore ~/.jupyter
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    # nbgrader runs its database migrations with the `alembic` command found on PATH: the one
+    # beside this interpreter, even when its virtualenv is not activated
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
     return env
 
 

@@ -5,6 +5,7 @@ before torch loads (`course.cli`); `course.train.train` runs the loop.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -12,14 +13,27 @@ from pathlib import Path
 
 from course.cli import Parser, add_config_arguments, bounded_types, flag_type, out_of_range
 from course.registry import STAGE_NAMED, STAGE_OF
-from course.variants import BASELINES, KL_ESTIMATORS, LOSS_NORMALIZATIONS, NORMALIZERS, PG_METHODS
+from course.variants import (
+    BASELINES,
+    IS_LEVELS,
+    IS_MODES,
+    KL_ESTIMATORS,
+    LOSS_NORMALIZATIONS,
+    MODEL_DTYPES,
+    NORMALIZERS,
+    OVERLONG,
+    PG_METHODS,
+    TASKS,
+)
 
 WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a student edition's folder holds edition.json
 LOSSES = PG_METHODS
 NORMALIZATIONS = LOSS_NORMALIZATIONS
 CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
-           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS}
+           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS,
+           "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
+           "is_mode": IS_MODES}
 # The lowest value of each numeric option, and whether that value itself is allowed.
 LOWER_BOUNDS = {
     "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
@@ -27,7 +41,8 @@ LOWER_BOUNDS = {
     "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
     "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
     "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
-    "threads": (0, True),
+    "threads": (0, True), "lora_rank": (0, True), "logits_chunk_size": (0, True),
+    "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True), "entropy_coef": (0, True),
 }
 
 
@@ -69,7 +84,8 @@ class TrainConfig:
     max_new_tokens: int = 16
     """Longest response; a complete answer takes 7 or 8 tokens."""
     temperature: float = 1.0
-    """Sampling temperature of the rollouts."""
+    """Sampling temperature τ of the rollouts; the sampler, π_old, π_θ and the reference are all scored as
+    softmax(logits / τ), the distribution sampled from (held-out accuracy stays sampled at 1)."""
     sampler_dtype: str = "float32"
     """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
     tis_cap: float = 2.0
@@ -88,10 +104,40 @@ class TrainConfig:
     seed: int = 0
     """Seeds the problem order, the rollout sampling and torch."""
     device: str = "cpu"
-    """Where the policy, the reference and the sampler live: cpu, cuda or cuda:N."""
+    """Where the policy, the reference and the sampler live: cpu, cuda, cuda:N or auto (cuda where torch sees one)."""
     threads: int = 1
     """torch CPU threads per process (0: torch's default). A 1M-parameter model runs fastest on one:
     its matrices are too small to split, and on a busy machine extra threads wait on each other."""
+    model: str = ""
+    """A Hugging Face causal LM to train instead of --checkpoint: a local folder, or a hub id with --allow-download."""
+    allow_download: bool = False
+    """Let --model and --data name something on the Hugging Face hub, and download it."""
+    model_dtype: str = "float32"
+    """Weights of --model: float32, bfloat16 (log-probs are still float32) or float16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (less memory, about a third more compute)."""
+    lora_rank: int = 0
+    """Train LoRA adapters of this rank instead of every weight (0: full fine-tuning; needs .[lora])."""
+    logits_chunk_size: int = 0
+    """Positions per output-head tile when scoring (course.chunked_head; 0: the plain head; not under DDP)."""
+    task: str = "addition"
+    """What to train on: addition (synthetic) or gsm8k (GSM8K-format problems from --data)."""
+    data: str = ""
+    """For --task gsm8k: a GSM8K-format JSONL file, or a hub dataset name with --allow-download."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (within --dynamic-sampling-tolerance) before the update (DAPO)."""
+    dynamic_sampling_tolerance: float = 1e-6
+    """A group is constant when max − min of its rewards is at most this."""
+    overlong: str = "none"
+    """Truncated responses: none, filter (no policy-gradient term) or soft (DAPO's length penalty)."""
+    overlong_buffer: int = 4
+    """L_c of the soft overlong penalty: it ramps from 0 to −1 over the last this many tokens."""
+    is_level: str = "token"
+    """Importance ratio of the sampler correction: token, sequence (product) or geometric (mean)."""
+    is_mode: str = "truncate"
+    """Above --tis-cap: truncate (min(ρ, cap)) or mask (weight 0)."""
+    entropy_coef: float = 0.0
+    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.entropy_bonus; 0: none)."""
 
 
 class ConfigError(ValueError):
@@ -110,6 +156,8 @@ def _cuda_available() -> bool:
 
 def device_problem(device: str) -> str | None:
     """Why `device` cannot hold the run (None when it can)."""
+    if device == "auto":  # resolved when the run starts (course.train.resolve_device)
+        return None
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
         return f"must be cpu, cuda or cuda:N, got {device!r}"
@@ -127,6 +175,32 @@ def checkpoint_problem(folder: str) -> str | None:
     return None
 
 
+def model_source_problem(source: str, allow_download: bool) -> str | None:
+    """Why `source` cannot be loaded (None when it can): a folder needs a config.json; anything
+    else is a hub id, loaded only with `allow_download`."""
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            return f"{source!r} holds no saved model (no config.json)"
+        return None
+    if allow_download:
+        return None
+    return (f"{source!r} is not a local folder; to download it from the Hugging Face hub, "
+            "pass --allow-download (nothing downloads without it)")
+
+
+def data_problem(config: TrainConfig) -> str | None:
+    """Why --data cannot feed --task (None when it can)."""
+    if config.task == "addition":
+        return "is only read by --task gsm8k" if config.data else None
+    if not config.data:
+        return "is needed by --task gsm8k: a GSM8K-format JSONL file"
+    if not Path(config.data).is_file() and not config.allow_download:
+        return (f"{config.data!r} is not a file; to download a hub dataset, pass --allow-download "
+                "(nothing downloads without it)")
+    return None
+
+
 def validate(config: TrainConfig, world_size: int) -> None:
     """Raise ConfigError naming the first field whose value cannot run."""
     for name, allowed in CHOICES.items():
@@ -135,8 +209,10 @@ def validate(config: TrainConfig, world_size: int) -> None:
     for name in LOWER_BOUNDS:
         if problem := out_of_range(getattr(config, name), *LOWER_BOUNDS[name]):
             raise ConfigError(name, problem)
+    model_problem = model_source_problem(config.model, config.allow_download) if config.model else None
     for name, problem in (("device", device_problem(config.device)),
-                          ("checkpoint", checkpoint_problem(config.checkpoint))):
+                          ("checkpoint", checkpoint_problem(config.checkpoint)),
+                          ("model", model_problem), ("data", data_problem(config))):
         if problem:
             raise ConfigError(name, problem)
     if config.prompts_per_step % world_size:
@@ -145,8 +221,26 @@ def validate(config: TrainConfig, world_size: int) -> None:
     if config.gradient_accumulation_steps > rows:
         raise ConfigError("gradient_accumulation_steps", f"({config.gradient_accumulation_steps}) must be at most "
                           f"the {rows} rollouts each rank trains on per step")
+    if config.logits_chunk_size and (world_size > 1 or config.lora_rank):
+        raise ConfigError("logits_chunk_size", "must be 0 under data parallelism or with LoRA (the chunked "
+                          "head bypasses the forward that DDP and peft wrap)")
+    if config.entropy_coef and world_size > 1:
+        raise ConfigError("entropy_coef", "must be 0 under data parallelism (the bonus's backward runs "
+                          "outside the train step's DDP synchronization)")
+    if config.overlong == "soft" and config.overlong_buffer > config.max_new_tokens:
+        raise ConfigError("overlong_buffer", f"({config.overlong_buffer}) must be at most max_new_tokens "
+                          f"({config.max_new_tokens})")
     if config.group_size < 2 and config.advantage_normalizer == "std":
         raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
+
+
+def temperature_problem(train_step) -> str | None:
+    """Why `train_step` cannot train on rollouts sampled at a temperature (None when it can)."""
+    parameters = inspect.signature(train_step).parameters
+    if "temperature" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
+            "temperature; the grpo_train_step of your notebooks takes no temperature (see 06_train_step)")
 
 
 def flag_types(config_class=TrainConfig) -> dict:
@@ -210,6 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         except (FileNotFoundError, StageNotWritten) as error:
             parser.error(f"argument --notebooks: {error}")
         print(implementations.table())
+        if problem := temperature_problem(implementations["grpo_train_step"]):
+            parser.error(f"argument --temperature: {problem}")
     summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
     if summary:
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))

@@ -144,6 +144,24 @@ def test_chunked_matches_naive_float64(make_model, batch):
     assert relative_difference(grads, [p.grad for p in model.parameters()]) < 1e-10
 
 
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_temperature_scores_softmax_of_logits_over_tau(make_model, batch, chunk):
+    # τ = 0.5: log softmax(z / τ)(y) and its entropy, plain and chunked, against float64 by hand
+    model = make_model(torch.float64)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True,
+                                 logits_chunk_size=chunk, temperature=0.5)
+    with torch.no_grad():
+        logits = model(batch["input_ids"]).logits / 0.5                            # (B, T, V)
+    expected = logits.log_softmax(-1).gather(-1, batch["labels"][..., None])[..., 0]
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out["token_entropy"], entropy(logits), rtol=0, atol=1e-12)
+    at_one = response_log_probs(model, batch["input_ids"], batch["labels"])
+    assert (out["log_probs"] - at_one).abs().max() > 0.1  # τ = 1 is far outside the tolerance
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="temperature"):
+            get_response_log_probs(model, batch["input_ids"], batch["labels"], temperature=bad)
+
+
 def test_chunked_without_grad_matches(make_model, batch):
     model = make_model(torch.float64)
     with torch.no_grad():
@@ -438,40 +456,3 @@ def test_chunked_scoring_refuses_labels_outside_the_vocabulary(make_model, batch
     with pytest.raises(ValueError, match="labels"):
         get_response_log_probs(model, batch["input_ids"], labels, logits_chunk_size=4)
 
-
-# ----------------------------------------------------------------------------- the recomputed decoder
-
-
-def _saved_activation_bytes(model, batch, chunk: int) -> int:
-    """Bytes that autograd saves for backward in one scoring forward, parameters aside."""
-    parameters = {p.data_ptr() for p in model.parameters()}
-    sizes = []
-
-    def pack(tensor):
-        if tensor.data_ptr() not in parameters:
-            sizes.append(tensor.numel() * tensor.element_size())
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=chunk)
-    return sum(sizes)
-
-
-def test_chunked_scoring_saves_no_layer_activations(make_model, batch):
-    # each decoder layer is recomputed in backward: the forward saves the layers' inputs, the last
-    # hidden states and a few (B, T) tensors, about 6 (B, T, H) float32 tensors' worth for 2 layers
-    # (measured); keeping the layers' activations, as the plain path does, saves over 80
-    model = make_model(torch.float32)
-    unit = batch["input_ids"].numel() * model.config.hidden_size * 4  # one (B, T, H) float32 tensor
-    assert _saved_activation_bytes(model, batch, 4) <= 10 * unit
-    assert _saved_activation_bytes(model, batch, 0) > 80 * unit
-
-
-def test_recomputing_leaves_the_layers_as_they_were(make_model, batch):
-    model = make_model(torch.float32)
-    get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=4)
-    with pytest.raises(IndexError):  # a token id past the embedding table fails inside the decoder
-        get_response_log_probs(model, batch["input_ids"] + 10**6, batch["labels"], logits_chunk_size=4)
-    assert all("forward" not in vars(layer) for layer in model.model.layers)
-    plain = get_response_log_probs(model, batch["input_ids"], batch["labels"], logits_chunk_size=0)
-    assert plain["log_probs"].grad_fn is not None  # the model's own forward, untouched
