@@ -110,6 +110,7 @@ def test_bad_notebooks_flag_is_a_usage_error(tmp_path, capsys):
     assert "argument --notebooks:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_training_with_the_reference_implementations_is_the_default_run(tmp_path):
     default = train(SHORT_RUN, tmp_path / "default", progress=False)
     explicit = train(SHORT_RUN, tmp_path / "explicit", progress=False,
@@ -120,6 +121,7 @@ def test_training_with_the_reference_implementations_is_the_default_run(tmp_path
     assert default["implementations"] == "reference"
 
 
+@pytest.mark.slow
 def test_the_learners_train_step_is_the_one_that_steps(tmp_path):
     """A train step that takes no optimizer step leaves the warm start's weights as they were."""
     write_notebook(tmp_path, "06.ipynb",
@@ -226,6 +228,7 @@ def test_the_recorded_reference_run_is_notebook_07s_run():
         recorded_reference_run(replace(NOTEBOOK_RUN, steps=100))
 
 
+@pytest.mark.slow
 def test_the_recorded_reference_run_is_still_what_the_reference_trains(tmp_path):
     """Its first steps, trained again here (held-out evaluation does not touch the training's
     randomness, so a small one will do): the same rollouts and the same first update, up to the
