@@ -239,7 +239,7 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
 def _aligned_batch(batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                    aligned: dict) -> dict:
     """The tokenized batch (B, T) with its advantages (B,) and the given log-probs cut
-    to (B, T)."""
+    to (B, T), 0 off the response mask."""
     batch = {**batch, "advantages": advantages}
     batch_size, positions = batch["input_ids"].shape
     for name, log_probs in aligned.items():
@@ -251,7 +251,10 @@ def _aligned_batch(batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                 f"{name} must be (B, T) = ({batch_size}, {positions}) aligned with the "
                 f"tokenized batch, got {tuple(log_probs.shape)}"
             )
-        batch[name] = log_probs[:, :positions]
+        # 0 off the response: an inf or nan at a prompt or padding position would
+        # otherwise reach the gradient through exp (0·∞ = nan in backward)
+        batch[name] = torch.where(batch["response_mask"].bool(),
+                                  log_probs[:, :positions], 0)
     return batch
 
 
