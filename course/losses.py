@@ -10,7 +10,8 @@ With r_t = π(o_t)/π_old(o_t) = exp(log π − sg(log π_old)) and a sequence a
                                                       geometric-mean ratio per sequence, broadcast over T
   cispo   −sg(min(r, 1+ε)) · A · log π                CISPO (MiniMax-M1, arXiv 2506.13585): the weight is
                                                       capped but, being detached, never drops a token
-`compute_grpo_loss` is open-instruct's form (open_instruct/grpo_utils.py): DAPO's decoupled bounds
+`compute_grpo_loss` follows open-instruct's (open_instruct/grpo_utils.py; there the TIS weights are
+applied before the max, here to pg_loss_max): DAPO's decoupled bounds
 clip(r, 1−ε_low, 1+ε_high) (Yu et al. 2025, arXiv 2503.14476) or CISPO, plus a KL estimate
 (Schulman 2020, "Approximating KL divergence") and optional truncated-importance-sampling weights
 (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training").
@@ -90,8 +91,8 @@ def compute_policy_gradient_loss(
         else response_mask.bool()
     )  # (B, T)
     n_tokens = mask.sum()
-    # Mask the inputs before any nonlinearity: selecting the loss afterwards keeps a masked inf or
-    # nan out of the value, but backward through exp or log of it gives 0·∞ = nan.
+    # Mask the inputs before any nonlinearity: selecting the loss afterwards keeps a
+    # masked inf or nan out of the value, but backward through exp of it is 0·∞ = nan.
     log_probs = torch.where(mask, log_probs, 0)  # (B, T)
 
     def mean_over(values, where, count):  # a metric: detached
@@ -350,7 +351,8 @@ def truncated_importance_weights(
         log_weights = old_log_probs - sampler_log_probs
         if log_weights.dtype in (torch.float16, torch.bfloat16):
             log_weights = log_weights.float()
-        if response_mask is not None:  # masked before exp: an inf or nan there stays out
+        if response_mask is not None:  # masked before exp: an inf or nan stays out
             log_weights = torch.where(response_mask.bool(), log_weights, -math.inf)
-        weights = torch.exp(torch.clamp(log_weights, max=math.log(cap)))  # (B, T), 0 off the mask
+        # (B, T), 0 off the mask
+        weights = torch.exp(torch.clamp(log_weights, max=math.log(cap)))
     return weights

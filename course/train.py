@@ -234,7 +234,8 @@ def validate(config: TrainConfig, world_size: int) -> None:
 
 def temperature_problem(train_step) -> str | None:
     """Why `train_step` cannot train on rollouts sampled at a temperature (None when it can)."""
-    if "temperature" in inspect.signature(train_step).parameters:
+    parameters = inspect.signature(train_step).parameters.values()
+    if any(p.name == "temperature" or p.kind is p.VAR_KEYWORD for p in parameters):
         return None
     return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
             "temperature; the grpo_train_step of your notebooks takes no temperature (see 06_train_step)")
