@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_NAMED, STAGE_OF
+from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGE_NAMED, STAGE_OF
 
 
 class StageNotWritten(RuntimeError):
@@ -122,6 +122,8 @@ def stand_in_for_stubs(functions: dict[str, Callable], namespaces: list[dict] = 
     reference that is here is left alone, so an official grade of stage 6 runs on the reference of
     stage 3, never on the learner's. Returns the names replaced somewhere.
     """
+    for module in STAGE_MODULES:  # `import course` loads them lazily: a stub not loaded yet is one too
+        importlib.import_module(module)
     modules = [vars(m) for n, m in list(sys.modules.items())
                if m is not None and (n == "course" or n.startswith("course."))]
     replaced = []

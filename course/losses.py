@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
-PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
+from course.variants import KL_ESTIMATORS, PG_METHODS  # noqa: F401  (this stage's names, torch-free there)
+
 # Metadata that are plain counts (summed over micro-batches and ranks); the other keys are means.
 PG_COUNT_KEYS = ("clip_count", "clip_total", "importance_ratio_count")
 GRPO_LOSS_FNS = ("dapo", "cispo")
-KL_ESTIMATORS = (0, 1, 2, 3)  # k1, k2, k3, ratio·k1: see `estimate_kl`
 
 
 def compute_policy_gradient_loss(

@@ -39,7 +39,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from course.scoring import get_response_log_probs
-from course.tasks import Problem, format_prompt, r1_zero_reward_fn
+from course.tasks import ADDITION, Task, TaskProblem
 from course.tokenization import tokenize_prompt_and_output
 
 
@@ -156,6 +156,7 @@ class RolloutBatch:
     responses: list[str]
     repeated_ground_truths: list[str]
     sampler_log_probs: list[torch.Tensor]
+    response_ids: list[list[int]] | None = None   # the sampled ids, <eos> included
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -164,13 +165,14 @@ class RolloutBatch:
 def sample_groups(
     model,
     tokenizer,
-    problems: list[Problem],
+    problems: list[TaskProblem],
     group_size: int,
     seed: int,
     step: int,
     first_index: int = 0,
     max_new_tokens: int = 16,
     temperature: float = 1.0,
+    task: Task = ADDITION,
 ) -> RolloutBatch:
     """`group_size` samples for each problem; problem k is number `first_index + k` of this step.
 
@@ -178,32 +180,44 @@ def sample_groups(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1, got {group_size}")
-    prompts = [format_prompt(p) for p in problems for _ in range(group_size)]
+    prompts = [task.prompt(p) for p in problems for _ in range(group_size)]
     seeds = [row_seed(seed, step, first_index + k, j)
              for k in range(len(problems)) for j in range(group_size)]
     generation = generate(model, tokenizer, prompts, seeds, max_new_tokens, temperature)
     truths = [p.answer for p in problems for _ in range(group_size)]
-    return RolloutBatch(prompts, generation.responses, truths, generation.sampler_log_probs)
+    return RolloutBatch(prompts, generation.responses, truths, generation.sampler_log_probs,
+                        generation.response_ids)
 
 
-def tokenize_rollouts(tokenizer, rollouts: RolloutBatch) -> dict[str, torch.Tensor]:
+def tokenize_rollouts(tokenizer, rollouts: RolloutBatch, retokenized: str = "raise") -> dict[str, torch.Tensor]:
     """The train step's tokenization of the rollouts, with the sampler's log-probs placed on it.
 
     Returns `input_ids`, `labels`, `response_mask` as `tokenize_prompt_and_output` makes them and
     `sampler_log_probs` (B, T): each row's sampled-token log-probs at its response positions, 0
-    elsewhere.
+    elsewhere. A BPE tokenizer can encode a decoded sample differently from how it was sampled
+    (two tokens the sampler chose that one merge covers); such a row's sampler log-probs belong to
+    other tokens. `retokenized="raise"` raises on one; `"nan"` gives that row NaN sampler log-probs
+    (the trainer then re-scores it: `course.train`).
     """
     tokens = tokenize_prompt_and_output(rollouts.repeated_prompts, rollouts.responses, tokenizer)
     mask = tokens["response_mask"].bool()                                       # (B, T)
-    lengths = mask.sum(dim=1).tolist()
     sampled = [len(x) for x in rollouts.sampler_log_probs]
-    if lengths != sampled:
-        raise ValueError(f"response lengths after tokenization {lengths} differ from sampled {sampled}")
+    same = _sampled_tokens_kept(tokens, mask, rollouts, sampled)
+    if retokenized == "raise" and not all(same):
+        raise ValueError(f"response lengths after tokenization {mask.sum(dim=1).tolist()} differ from "
+                         f"sampled {sampled}")
     sampler = torch.zeros(mask.shape, dtype=torch.float32)
-    # The mask is 1 on each row's response positions in order, so row-major filling aligns them.
-    if mask.any():
-        sampler[mask] = torch.cat(rollouts.sampler_log_probs)
+    for row, (keep, log_probs) in enumerate(zip(same, rollouts.sampler_log_probs)):
+        sampler[row, mask[row]] = log_probs if keep else torch.nan
     return {**tokens, "sampler_log_probs": sampler}
+
+
+def _sampled_tokens_kept(tokens: dict, mask: torch.Tensor, rollouts: RolloutBatch, sampled: list[int]) -> list[bool]:
+    """Per row: whether the tokenized response is the sampled one (its ids, where they are known)."""
+    lengths = mask.sum(dim=1).tolist()
+    if rollouts.response_ids is None:
+        return [a == b for a, b in zip(lengths, sampled)]
+    return [tokens["labels"][row, mask[row]].tolist() == ids for row, ids in enumerate(rollouts.response_ids)]
 
 
 @torch.no_grad()
@@ -219,11 +233,12 @@ def score_tokens(model, tokens: dict[str, torch.Tensor], temperature: float = 1.
 def evaluate(
     model,
     tokenizer,
-    problems: list[Problem],
+    problems: list[TaskProblem],
     seed: int | None,
     samples_per_problem: int = 1,
     max_new_tokens: int = 16,
     batch_size: int = 256,
+    task: Task = ADDITION,
 ) -> dict[str, float]:
     """Mean `reward`, `format_reward`, `answer_reward` over `problems`.
 
@@ -231,7 +246,7 @@ def evaluate(
     temperature 1, seeded per (seed, problem, sample) so two policies see the same noise.
     """
     repeats = 1 if seed is None else samples_per_problem
-    prompts = [format_prompt(p) for p in problems for _ in range(repeats)]
+    prompts = [task.prompt(p) for p in problems for _ in range(repeats)]
     seeds = None if seed is None else [row_seed(seed, "eval", k, j)
                                        for k in range(len(problems)) for j in range(repeats)]
     was_training = model.training
@@ -241,6 +256,6 @@ def evaluate(
     finally:
         model.train(was_training)
     truths = [p.answer for p in problems for _ in range(repeats)]
-    scores = [r1_zero_reward_fn(r, t) for r, t in zip(generation.responses, truths)]
+    scores = [task.reward_fn(r, t) for r, t in zip(generation.responses, truths)]
     return {key: sum(s[key] for s in scores) / max(len(scores), 1)
             for key in ("reward", "format_reward", "answer_reward")}

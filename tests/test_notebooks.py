@@ -107,8 +107,8 @@ def graded_notebooks() -> list[str]:
 
 # --- static: the metadata nbgrader and the autograder rely on ------------------------------------
 
-def test_there_are_seven_stages_released():
-    assert len(SOLUTION_NAMES) == 7, SOLUTION_NAMES
+def test_there_are_seven_stages_and_the_optional_real_model_notebook_released():
+    assert len(SOLUTION_NAMES) == 8 and SOLUTION_NAMES[-1] == "08_real_model.ipynb", SOLUTION_NAMES
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
 
 

@@ -10,21 +10,25 @@ Convention for an attack entry (the harness finds them; nothing else needs regis
       # says: <words the grader's output must contain>        (optional)
   Names starting with "_" are helpers, not attacks.
 
-Each attack is graded with `official=True` (no sandbox, no test: the module is skipped) and the
-tests assert that
+Each attack is graded with `official=True` (no sandbox, no test: the module is skipped) in each
+isolation tier that holds here, forced with `isolation=` (bubblewrap; Landlock and seccomp), each
+tier graded once for all the tests, and the tests assert, with the same assertions in both, that
   - it earns no more than `honest` points;
   - the grader's output names what happened (`says`), when the entry asks for it;
   - nothing persists: after every attack has been graded, a blank submission scores 0 and the
     reference scores full marks in real later gradings, and no file of a sandbox user is left in
     the host's /tmp or /dev/shm;
-  - no process outlives the grading: after the gradings, /proc shows no process of a sandbox user
-    id and no worker of this checkout.
+  - no process outlives the grading: after the gradings, /proc shows no process of a user id
+    those gradings' sandboxes ran children under, nor one in their memory cgroups (where there
+    are none: no worker of this checkout); other gradings may be running on this machine
+    meanwhile, and theirs are not counted.
 Some attacks need something from the host to prove a hole (a loopback server that hands out the
 reference's source, for the network attack): `HOST_SERVICES` starts those before grading.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socketserver
@@ -33,18 +37,20 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from autograder.api import grade
+from autograder.trusted import sandbox
 from autograder.trusted.grader import ROOT
 from autograder.trusted.isolation import sandbox_problem
 
 pytestmark = pytest.mark.slow
 
 REDTEAM = Path(__file__).with_name("redteam")
-SANDBOX_UIDS = range(200_000, 8_200_100)  # the uid range of the sandbox's children
+TIERS = ("bubblewrap", "landlock")  # `isolation=`: each tier the red team is graded in
 REFERENCE_PORT = 47613  # the network attack asks the host for the reference here
 GRADING = {"probe_timeout": 4.0, "memory_mb": 3072, "time_limit": 240.0}
 
@@ -86,8 +92,18 @@ def _host_services() -> socketserver.TCPServer:
     return server
 
 
-def _leftovers() -> list[str]:
-    """Processes of a sandbox user or workers of this checkout; sandbox users' files in /tmp, /dev/shm."""
+@dataclass
+class Ours:
+    """What tells our gradings' processes from those of other gradings on this machine: the user
+    ids their children ran under and the memory cgroups their templates started in (where the
+    machine gives the grader none, every worker of this checkout counts as ours)."""
+    uids: set = field(default_factory=set)
+    cgroups: set = field(default_factory=set)
+
+
+def _leftovers(ours: Ours) -> list[str]:
+    """Our gradings' processes still alive; their users' files in /tmp, /dev/shm."""
+    worker = str(ROOT / "autograder" / "untrusted" / "worker.py")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -96,43 +112,70 @@ def _leftovers() -> list[str]:
             status = (entry / "status").read_text()
             uid = int(re.search(r"Uid:\s+(\d+)", status).group(1))
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            groups = {line.rsplit("/", 1)[-1] for line in (entry / "cgroup").read_text().splitlines()}
         except (OSError, AttributeError):
             continue
-        if uid in SANDBOX_UIDS or str(ROOT / "autograder" / "untrusted" / "worker.py") in command:
+        if uid in ours.uids or groups & ours.cgroups or (not ours.cgroups and worker in command):
             found.append(f"process {entry.name} (uid {uid}): {command[:120]}")
     for folder in (Path("/tmp"), Path("/dev/shm")):
         for path in folder.iterdir() if folder.is_dir() else ():
             try:
-                if path.lstat().st_uid in SANDBOX_UIDS:
+                if path.lstat().st_uid in ours.uids:
                     found.append(f"file {path} of a sandbox user")
             except OSError:
                 continue
     return found
 
 
-@pytest.fixture(scope="module")
-def red_team() -> dict:
-    problem = sandbox_problem(ROOT)
+@contextlib.contextmanager
+def our_gradings():
+    """`Ours` of every sandbox started meanwhile in this process (filled as they start): only
+    this test's gradings, whatever else runs on the machine."""
+    ours, real_init, real_start = Ours(), sandbox.Sandbox.__init__, sandbox.Sandbox.start
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        ours.uids.update(self.uids())
+
+    def recording_start(self, *args, **kwargs):
+        try:
+            return real_start(self, *args, **kwargs)
+        finally:
+            if self.cgroup is not None:
+                ours.cgroups.add(self.cgroup.name)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sandbox.Sandbox, "__init__", recording_init)
+        patch.setattr(sandbox.Sandbox, "start", recording_start)
+        yield ours
+
+
+@pytest.fixture(scope="module", params=TIERS)
+def red_team(request) -> dict:
+    tier = request.param
+    problem = sandbox_problem(ROOT, tier)
     if problem:
-        pytest.skip(f"no sandbox here: {problem}")
+        pytest.skip(f"no {tier} sandbox here: {problem}")
     server = _host_services()
     try:
         started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with our_gradings() as ours, ThreadPoolExecutor(max_workers=2) as pool:
             futures = {entry.name: pool.submit(grade, str(entry), read_header(entry)["functions"],
-                                               official=True, **GRADING) for entry in ENTRIES}
+                                               official=True, isolation=tier, **GRADING)
+                       for entry in ENTRIES}
             graded = {name: future.result() for name, future in futures.items()}
         elapsed = time.monotonic() - started
     finally:
         server.shutdown()
         server.server_close()
     time.sleep(1.0)  # a daemon that escaped would still be there, or would write by now
-    leftovers = _leftovers()
+    leftovers = _leftovers(ours)
     # real later gradings: blank work scores 0, the reference full marks
-    later_blank = grade(str(REDTEAM / "_blank.py"), ("compute_entropy",), official=True)
+    later_blank = grade(str(REDTEAM / "_blank.py"), ("compute_entropy",), official=True,
+                        isolation=tier)
     later_reference = grade("course", ("compute_entropy", "tokenize_prompt_and_output"),
-                            official=True)
-    return {"graded": graded, "leftovers": leftovers, "blank": later_blank,
+                            official=True, isolation=tier)
+    return {"graded": graded, "leftovers": leftovers, "blank": later_blank, "tier": tier,
             "reference": later_reference, "seconds": elapsed}
 
 
@@ -140,7 +183,7 @@ def test_the_red_team_is_large_and_covers_every_class():
     classes = {read_header(e)["attack"].split(" - ")[0].strip() for e in ENTRIES}
     assert len(ENTRIES) >= 30, f"only {len(ENTRIES)} attacks"
     for needed in ("persistence", "escape", "signal", "disk", "processes", "memory", "network",
-                   "snooping", "delegation", "classification"):
+                   "snooping", "delegation", "classification", "stages"):
         assert needed in classes, f"no attack of class {needed!r}: {sorted(classes)}"
 
 
@@ -153,6 +196,8 @@ def test_attack_earns_nothing_beyond_honest_work(entry, red_team):
     assert graded["max_score"] > 0, f"{entry.name}: nothing was graded"
     assert graded["score"] <= header["honest"], f"{entry.name} earned {graded['score']}: {outputs}"
     assert not graded["practice"], graded["isolation"]
+    assert graded["isolation_tier"] == {"landlock": "landlock-seccomp"}.get(red_team["tier"],
+                                                              red_team["tier"])
     if header["says"]:
         everything = " ".join(r["output"] for r in graded["results"].values())
         everything += " ".join(graded["load_errors"]) + (graded["load_failure"] or "")
@@ -171,13 +216,15 @@ def test_later_gradings_are_not_affected(red_team):
 
 
 
-def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path):
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path, tier):
     """The CLI, officially: the attack's daemon waits for the grader to finish, then writes a
     perfect results.json wherever it can guess; the file stays as the grader wrote it."""
-    if sandbox_problem(ROOT):
-        pytest.skip(f"no sandbox here: {sandbox_problem(ROOT)}")
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
     results = tmp_path / "results.json"
-    run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--official", "--submission",
+    run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--official",
+                          "--isolation", tier, "--submission",
                           str(REDTEAM / "escape_outlive_results.py"), "--results", str(results),
                           "-k", "compute_entropy", "-q", "-p", "no:cacheprovider"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -185,4 +232,32 @@ def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path):
     written = results.read_text()
     time.sleep(3.0)  # the daemon writes every 0.25 s for 15 s, if it is still alive
     assert results.read_text() == written and json.loads(written)["score"] == 0
-    assert not _leftovers()
+    assert not _leftovers(Ours())  # the CLI's own sandbox: any worker of this checkout counts
+
+
+@pytest.mark.parametrize("name", ("stages_tmp_files.py", "stages_abstract_socket.py"))
+def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypatch):
+    """The stage-apart attacks are real: with every stage's child kept alive (the grader's ending
+    of the previous stage's child switched off), the earlier stage takes the reference a later
+    stage's child relayed, and earns its points."""
+    if sandbox_problem(ROOT, "bubblewrap"):
+        pytest.skip(f"no bubblewrap sandbox here: {sandbox_problem(ROOT, 'bubblewrap')}")
+    from autograder.trusted import grader
+
+    real = grader.Grader._stage_client
+
+    def all_alive(self, stage):
+        if stage in self.stages:
+            return self.stages[stage]
+        others = dict(self.stages)
+        self.stages.clear()  # nothing for it to end
+        try:
+            return real(self, stage)
+        finally:
+            self.stages.update(others)
+
+    monkeypatch.setattr(grader.Grader, "_stage_client", all_alive)
+    entry = REDTEAM / name
+    graded = grade(str(entry), read_header(entry)["functions"], official=True,
+                   isolation="bubblewrap", **GRADING)
+    assert graded["score"] > read_header(entry)["honest"], graded["results"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autograder.api import grade
-from autograder.trusted.isolation import bwrap_command, sandbox_problem
+from autograder.trusted.isolation import bwrap_command, isolation_tier, sandbox_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_sandbox = pytest.mark.skipif(sandbox_problem(ROOT) is not None,
@@ -32,31 +32,33 @@ def _cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env)
 
 
-def test_a_missing_submission_is_a_usage_error_named_in_results_json(tmp_path):
+def test_a_missing_submission_is_a_usage_error_and_no_grade(tmp_path):
     missing, results = tmp_path / "nowhere" / "work.ipynb", tmp_path / "results.json"
     run = _cli("--submission", str(missing), "--results", str(results))
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert str(missing) in run.stderr
-    document = json.loads(results.read_text())
-    assert document["score"] == 0 and str(missing) in document["output"]
+    assert not results.exists()  # a refusal writes no score that could pass for a grade
     with pytest.raises(FileNotFoundError, match="nowhere"):
         grade(str(missing))
 
 
 def test_without_bubblewrap_the_grade_is_practice_and_official_refuses(tmp_path):
-    """PATH without bwrap: the grader says PRACTICE in the table and results.json, and an
-    --official run stops with a usage error before grading anything."""
+    """PATH without bwrap and bubblewrap asked for: the grader says PRACTICE in the table and
+    results.json, and an --official run stops with a usage error before grading anything; it
+    never falls back to tier 2 unasked."""
     env = {**os.environ, "PATH": str(tmp_path)}
     results = tmp_path / "results.json"
-    refused = _cli("--submission", "course", "--official", "--results", str(results), env=env)
+    refused = _cli("--submission", "course", "--official", "--isolation", "bubblewrap",
+                   "--results", str(results), env=env)
     assert refused.returncode == 4 and "refusing to grade without isolation" in refused.stderr
-    assert "bubblewrap is not installed" in json.loads(results.read_text())["output"]
+    assert "bubblewrap is not installed" in refused.stderr and not results.exists()
     practice = _cli("--submission", "course", "-k", "compute_entropy", "--results", str(results),
-                    env=env)
+                    "--isolation", "bubblewrap", env=env)
     assert practice.returncode == 0, practice.stdout[-3000:]
     assert "PRACTICE grade" in practice.stdout
     document = json.loads(results.read_text())
-    assert document["practice"] is True and "PRACTICE grade" in document["output"]
+    assert document["extra_data"]["practice"] is True and "PRACTICE grade" in document["output"]
+    assert document["extra_data"]["isolation_tier"] is None and "practice" not in document
 
 
 @needs_sandbox
@@ -86,6 +88,69 @@ print(repr(seen))
     assert set(v for k, v in seen.items() if k.startswith("/")) == {"refused"}
 
 
+def test_the_tier_is_chosen_named_and_never_changed_silently():
+    """`isolation_tier`: the first tier of the choice that holds, else (None, why each does not);
+    an unknown choice is an error naming the option."""
+    with pytest.raises(ValueError, match="--isolation 'docker'"):
+        isolation_tier(ROOT, "docker")
+    for choice, tiers in (("bubblewrap", {"bubblewrap"}), ("landlock", {"landlock-seccomp"}),
+                          ("auto", {"bubblewrap", "landlock-seccomp"})):
+        tier, why = isolation_tier(ROOT, choice)
+        assert (tier in tiers and why is None) or (tier is None and why), (choice, tier, why)
+    if isolation_tier(ROOT, "bubblewrap")[0]:
+        assert isolation_tier(ROOT, "auto")[0] == "bubblewrap"
+
+
+@pytest.mark.skipif(sandbox_problem(ROOT, "landlock") is not None,
+                    reason=f"no tier 2 here: {sandbox_problem(ROOT, 'landlock')}")
+def test_tier_2_confines_a_child_as_it_must():
+    """The tier-2 self-test, run as a stage child would be (nobody, Landlock, seccomp): it writes
+    its own folder only, cannot read the grader's files (mode 0644 here: Landlock refuses), opens
+    no AF_INET socket, makes no namespace; and the grader's own folder is 0700."""
+    import tempfile
+
+    from autograder.trusted.sandbox import Sandbox
+
+    private = tempfile.mkdtemp()
+    os.chown(private, 65534, 65534)
+    secret = ROOT / "autograder" / "fixtures" / "expected.pt"
+    assert secret.stat().st_mode & 0o004  # readable by modes alone: Landlock is what refuses
+    done = subprocess.run([sys.executable, "-I", "-B", str(ROOT / "autograder" / "untrusted" /
+                                                          "confine.py"), "--check", private,
+                           str(secret)], capture_output=True, text=True, timeout=120,
+                          user=65534, group=65534, extra_groups=[])
+    seen = json.loads(done.stdout)
+    assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"] and seen["unix_socket"]
+    assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unshare"]), seen
+    box = Sandbox(ROOT, "cpu", 256, isolated=True, tier="landlock-seccomp")
+    try:
+        assert os.stat(box.private).st_mode & 0o777 == 0o700
+        assert os.stat(box.stages).st_mode & 0o777 == 0o711  # traversable, not listable
+    finally:
+        box.close()
+
+
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_one_memory_bound_holds_over_all_processes_of_a_grading(tier):
+    """Six forked processes of 200 MiB each under --memory-mb 256: each is under its own address
+    space limit, so only a bound over the whole grading (a memory cgroup) stops them; the OOM
+    killer then takes some (SIGKILL), and the note says what bounded the grading."""
+    from autograder.trusted import memory
+
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    probe, why = memory.create(f"autograder-probe-{os.getpid()}")
+    if probe is None:
+        pytest.skip(f"no memory cgroup for the grader here: {why}")
+    memory.remove(probe)
+    graded = grade(str(ROOT / "tests" / "autograder_cases" / "attack_memory_many_processes.py"),
+                   ("compute_entropy",), memory_mb=256, isolation=tier, probe_timeout=30.0)
+    output = next(iter(graded["results"].values()))["output"]
+    statuses = [int(s) for s in output.split("statuses of the six: [")[1].split("]")[0].split(",")]
+    assert statuses.count(9) >= 1, output
+    assert "by a memory cgroup of" in graded["isolation"]
+
+
 def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypatch):
     """Under load the first start may time out: it is retried (and then grades normally); two
     timeouts say "the grader is overloaded", never that the student's code crashed."""
@@ -113,6 +178,7 @@ def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypa
     monkeypatch.setattr(sandbox.Sandbox, "start", always_slow)
     failed = grade("course", ("compute_entropy",))
     assert failed["score"] == 0 and "the grader is overloaded" in failed["load_failure"]
+    assert failed["load_failure"] in failed["incomplete"]  # no grade: nothing was judged
     assert "says nothing about your code" in failed["load_failure"]
     assert all("overloaded" in r["output"] for r in failed["results"].values())
 
@@ -169,12 +235,12 @@ def test_pasted_copies_are_caught_and_independent_work_is_not():
     from course.registry import GRADED_FUNCTIONS
 
     whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
-    assert copied_references(whole_reference) == set(GRADED_FUNCTIONS)
+    assert set(copied_references(whole_reference)) == set(GRADED_FUNCTIONS)
     # the solution cells are the course functions themselves (tests/test_one_implementation.py)
-    assert copied_references(_sources(load_submission("solutions", ROOT))) == set(GRADED_FUNCTIONS)
+    assert set(copied_references(_sources(load_submission("solutions", ROOT)))) == set(GRADED_FUNCTIONS)
     for independent in ("tests/autograder_cases/alt_full.py",
                         "tests/autograder_cases/alt_loops.py"):
-        assert copied_references(_sources(load_submission(independent, ROOT))) == set(), independent
+        assert copied_references(_sources(load_submission(independent, ROOT))) == {}, independent
 
 
 @needs_sandbox
@@ -206,12 +272,27 @@ print(result["score"], result["max_score"], late)
 
 @needs_sandbox
 def test_one_timer_bounds_the_whole_grading():
-    """A hang with a 30 s probe timeout but a 12 s budget for everything: the hanging call is cut
-    at what is left of the budget, and the checks after it (tokenization's come after scoring's)
-    are not run, saying why."""
+    """A hang with a 30 s probe timeout but a 12 s budget for everything (from the call, the
+    sandbox's start included): the hanging call is cut at what is left of the budget, not blamed
+    on the code (its 30 s were not up), the checks after it (tokenization's come after scoring's)
+    are not run, and the grading says it did not complete: no grade."""
     graded = grade(str(ROOT / "tests" / "redteam" / "classification_hang.py"),
                    ("compute_entropy", "tokenize_prompt_and_output"), probe_timeout=30.0, time_limit=12.0)
     outputs = [r["output"] for r in graded["results"].values()]
-    cut = [o for o in outputs if "timed out after" in o]
-    assert cut and all(int(o.split("timed out after ")[1].split(" s")[0]) < 30 for o in cut)
-    assert any("ran past its time limit (12 s, `--time-limit`)" in o for o in outputs)
+    assert not any("timed out after" in o for o in outputs), outputs
+    assert all("ran past its time limit (12 s, `--time-limit`)" in o for o in outputs), outputs
+    assert any("time limit of 12 s" in reason for reason in graded["incomplete"])
+
+
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_a_notebooks_self_check_import_is_no_load_problem_in_either_tier(tier):
+    """Every notebook imports `autograder.selfcheck` for its check cells; tier 2 cannot read that
+    module (it drives the grader), so the child's import finds a stand-in: no problem is reported
+    to the student, and the function is graded."""
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    graded = grade(str(ROOT / "solutions" / "01_tokenization.ipynb"),
+                   ("tokenize_prompt_and_output",), isolation=tier, allow_reference=True)
+    assert not any("selfcheck" in problem for problem in graded["load_errors"]), \
+        graded["load_errors"]
+    assert graded["score"] == graded["max_score"] > 0, graded["results"]

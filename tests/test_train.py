@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
+from course.cli import field_help
 from course.compare import main as compare_main
 from course.models import load_model_and_tokenizer
 from course.plotting import read_metrics
@@ -18,7 +19,6 @@ from course.train import (
     NORMALIZATIONS,
     WARM_START,
     TrainConfig,
-    field_help,
     main,
     train,
 )
@@ -223,8 +223,8 @@ def test_compare_writes_figure_and_table(tmp_path, capsys):
     (["--losses", "ppo"], "--losses: invalid choice: 'ppo'"),
     (["--normalizations", "batch"], "--normalizations: invalid choice: 'batch'"),
     (["--seeds", "-1"], "--seeds must be non-negative"),
-    (["--steps", "x"], "--steps: invalid int value"),
-    (["--eval-problems", "0"], "eval_problems"),
+    (["--steps", "x"], "argument --steps: expected int, got 'x'"),
+    (["--eval-problems", "0"], "argument --eval-problems: must be >= 1"),
     (["--loss", "grpo"], "unrecognized arguments: --loss"),   # set per run, not a common flag
 ])
 def test_compare_rejects_bad_flags_by_name(tmp_path, capsys, flags, message):

@@ -1,26 +1,48 @@
-"""What the worker sees and may do: a bubblewrap sandbox (https://github.com/containers/bubblewrap).
+"""What the worker sees and may do: two tiers of isolation, the first one that starts here.
 
-The worker sees the system (/usr, /etc), the Python environment and the grader's own package
-`autograder/` read-only, with its stored expected values hidden under an empty tmpfs; not the
-project (no `course/`, `solutions/`, `tests/`, `.git`), not the fixtures, not other users' files.
-It gets a private /tmp, /dev/shm and home (size-bounded tmpfs: this is all the disk it can fill),
-no network (a new network namespace with only loopback), no view of the grader's processes or
-command line (a new PID namespace, its own /proc), a new session (no terminal to push keys into),
-and it dies with the grader, all its descendants included (--die-with-parent, and the PID
-namespace ends with its first process). Inside, each stage's child runs under its own user id with
-no capabilities (see `autograder.untrusted.worker`), so nothing it writes can outlive the grading.
+Tier 1, "bubblewrap" (https://github.com/containers/bubblewrap): the worker sees the system
+(/usr, /etc), the Python environment and the grader's own package `autograder/` read-only, with
+its stored expected values hidden under an empty tmpfs; not the project (no `course/`,
+`solutions/`, `tests/`, `.git`), not the fixtures, not other users' files. It gets a private /tmp,
+/dev/shm and home (size-bounded tmpfs: this is all the disk it can fill), no network (a new
+network namespace with only loopback), no view of the grader's processes or command line (a new
+PID namespace, its own /proc), a new session (no terminal to push keys into), and it dies with the
+grader, all its descendants included (--die-with-parent, and the PID namespace ends with its first
+process). Inside, each stage's child runs under its own user id with no capabilities and a
+seccomp filter (see `autograder.untrusted.worker`), and what it wrote in /tmp, /dev/shm and home
+is wiped before the next stage's child starts.
 
-Where bubblewrap cannot start (macOS, no `bwrap`, a container without namespaces), the grader runs
-the worker as a plain subprocess and marks the grade PRACTICE; an `--official` run refuses.
+Tier 2, "landlock-seccomp", where namespaces are refused (a Docker container with Docker's default
+seccomp profile and no CAP_SYS_ADMIN, as on Gradescope): the template runs as a plain process
+(root, to give each child its own user id) and each stage child takes its own unprivileged user
+id, no capabilities, PR_SET_NO_NEW_PRIVS, rlimits, then Landlock and seccomp
+(`autograder.untrusted.confine`): read-only system, Python and the worker's modules
+(`landlock_read_only`), one private read-write folder (its home and tmp, deleted when it ends),
+no TCP, no socket but AF_UNIX, no signals or abstract unix sockets out of its own domain.
+What tier 2 does NOT give: no PID namespace (its processes are on the host's /proc, though
+Landlock does not let it read /proc, and it can still stat a path it guesses, without reading or
+listing it), no network namespace (only seccomp and Landlock stand between it and the machine's
+network: AF_UNIX sockets by path in its own folder, nothing else), no IPC namespace (SysV IPC is
+refused by seccomp instead), no mount namespace (the disk it can fill is bounded by RLIMIT_FSIZE per
+file, not by a tmpfs), and no death with the grader for a daemon if the grader is SIGKILLed (the
+grader kills every process of its user ids when it closes; the template's children die with it).
+Data-parallel training needs gloo's TCP transport, which tier 2 refuses: that check is skipped
+there, and says so. Tier 2 needs root (to switch user ids) and Landlock; without Landlock it is
+refused, saying why.
+
+Where neither tier starts (macOS, no `bwrap` and no Landlock), the grader runs the worker as a
+plain subprocess and marks the grade PRACTICE; an `--official` run refuses.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HOME = "/home/student"
@@ -101,8 +123,79 @@ def bwrap_command(root: Path, visible=(), device: str = "cpu") -> list[str]:
     return command
 
 
+TIERS = {"auto": ("bubblewrap", "landlock-seccomp"), "bubblewrap": ("bubblewrap",),
+         "landlock": ("landlock-seccomp",)}  # `--isolation` -> the tiers it may use, in order
+CHECK_UID = 65534  # nobody: the tier-2 self-test confines itself as a stage child would
+
+
 @functools.cache
-def sandbox_problem(root: Path) -> str | None:
+def isolation_tier(root: Path, choice: str = "auto") -> tuple[str | None, str | None]:
+    """("bubblewrap" | "landlock-seccomp", None): the first tier of `choice` that holds here, or
+    (None, why none does). Raises ValueError for an unknown `choice`."""
+    if choice not in TIERS:
+        raise ValueError(f"--isolation {choice!r}: choose one of {', '.join(TIERS)}")
+    problems = []
+    for tier in TIERS[choice]:
+        problem = bubblewrap_problem(root) if tier == "bubblewrap" else landlock_problem(root)
+        if problem is None:
+            return tier, None
+        problems.append(problem)
+    return None, "; ".join(problems)
+
+
+def sandbox_problem(root: Path, choice: str = "auto") -> str | None:
+    """None when a tier of `choice` isolates the worker here, else why not (in a user's words)."""
+    return isolation_tier(root, choice)[1]
+
+
+def landlock_read_only(root: Path, visible=()) -> list[str]:
+    """What a tier-2 child may read: the system, Python, the worker's own modules (not the
+    grader's `trusted/`, not the fixtures) and the folders the submission needs."""
+    package = root / "autograder"
+    folders = [Path("/", name) for name in SYSTEM] + python_folders(root) + \
+        [package / "untrusted", package / "protocol", Path("/sys"), Path("/dev/urandom"),
+         Path("/dev/random")] + [Path(p).resolve() for p in visible]
+    return [str(p) for p in folders if p.exists()]
+
+
+@functools.cache
+def landlock_problem(root: Path) -> str | None:
+    """None when tier 2 holds here (a child confines itself and is refused what it must be),
+    else why not."""
+    if not sys.platform.startswith("linux"):
+        return f"Landlock needs Linux; this is {sys.platform}"
+    if os.geteuid() != 0:
+        return "tier 2 (Landlock and seccomp) gives each stage its own user id, which needs root"
+    private = tempfile.mkdtemp(prefix="autograder-check-")
+    try:
+        os.chown(private, CHECK_UID, CHECK_UID)
+        done = subprocess.run([sys.executable, "-I", "-B", str(root / "autograder" / "untrusted" /
+                                                               "confine.py"), "--check", private,
+                               str(root / "autograder" / "trusted" / "isolation.py")],
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+                              user=CHECK_UID, group=CHECK_UID, extra_groups=[])
+        seen = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except PermissionError:
+        return (f"tier 2's stage users cannot run this Python ({sys.executable}: a folder above it "
+                "is private to its owner); install the grader's Python where every user can "
+                "read it (e.g. /usr/bin/python3 and a virtualenv outside /root)")
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return f"tier 2 could not be checked ({type(exc).__name__}: {exc})"
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    if "error" in seen:
+        hint = " (pip install pyseccomp)" if "pyseccomp" in seen["error"] else ""
+        return f"Landlock and seccomp could not confine a stage here: {seen['error']}{hint}"
+    wrong = [name for name, want in (("write_private", True), ("read_forbidden", False),
+                                     ("inet_socket", False), ("unshare", False), ("fork", True))
+             if seen.get(name) is not want]
+    if wrong:
+        return f"Landlock and seccomp did not confine a stage as they must here: {wrong}"
+    return None
+
+
+@functools.cache
+def bubblewrap_problem(root: Path) -> str | None:
     """None when a bubblewrap sandbox starts here, else why not (in a user's words)."""
     if not sys.platform.startswith("linux"):
         return f"bubblewrap needs Linux; this is {sys.platform}"

@@ -1,8 +1,11 @@
 """The grader's side of the worker: the sandbox, one child per stage, requests and answers.
 
-`Sandbox` starts the worker (`autograder/untrusted/worker.py`, a template process) inside
-bubblewrap (see `autograder.trusted.isolation`), or, for a practice grade where no sandbox can
-start, as a plain subprocess. `StageClient` is the grader's end of one stage's child, forked by the
+`Sandbox` starts the worker (`autograder/untrusted/worker.py`, a template process) in an isolation
+tier (see `autograder.trusted.isolation`: inside bubblewrap, or as a plain root process whose
+children confine themselves with Landlock and seccomp), or, for a practice grade where no tier
+holds, as a plain subprocess; where the machine lets it, the template and all it forks share one
+memory cgroup (`autograder.trusted.memory`). When it closes, every process of its children's user
+ids is killed (tier 2 has no PID namespace that would end them). `StageClient` is the grader's end of one stage's child, forked by the
 template (`StageProcess`: its pid, and how it ended): the grader sends it requests
 and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
 checked before anything is built), with a wall-clock deadline per request. A child that dies or
@@ -30,12 +33,13 @@ import time
 from pathlib import Path
 
 from autograder.protocol import wire
-from autograder.trusted import isolation
+from autograder.trusted import isolation, memory
 
 WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
+CHILD_CPU_SECONDS = 1800  # a backstop under the wall-clock deadlines: a stray spinner ends too
 
 
 class WorkerError(Exception):
@@ -52,6 +56,8 @@ def _limit_template() -> None:
     0.7 GB of address space in a CPU build and 3.3 GB in a CUDA one, which no fixed limit fits."""
     import ctypes
 
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("-1000")  # root only: under memory pressure the stage children go first
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (CHILD_FILE_BYTES, CHILD_FILE_BYTES))
     with contextlib.suppress(Exception):  # die with the grader (PR_SET_PDEATHSIG = 1)
@@ -67,15 +73,24 @@ def read_tail(fd: int, limit: int = LOG_BYTES) -> bytes:
 
 
 class Sandbox:
-    """The template worker of one grading: inside bubblewrap when `isolated`, else a subprocess."""
+    """The template worker of one grading: in the isolation `tier` ("bubblewrap" or
+    "landlock-seccomp"; by default the first that holds here) when `isolated`, else a plain
+    subprocess (a practice grade)."""
 
-    def __init__(self, root: Path, device: str, memory_mb: int, isolated: bool, visible=()):
+    def __init__(self, root: Path, device: str, memory_mb: int, isolated: bool, visible=(),
+                 tier: str | None = None):
         self.root, self.device, self.isolated, self.visible = root, device, isolated, visible
-        self.memory_bytes = memory_mb * 2**20 if device == "cpu" else None
+        self.tier = (tier or isolation.isolation_tier(root)[0] or "bubblewrap") if isolated else None
+        self.memory_bytes = memory_mb * 2**20  # per child, on top of what the template mapped
         self.process = self.control = None
         self.private = tempfile.mkdtemp(prefix="autograder-")  # 0700: the grader's own folder
+        self.stages = None  # tier 2: the folder of the children's private folders (0711)
+        if self.tier == "landlock-seccomp":
+            self.stages = tempfile.mkdtemp(prefix="autograder-stages-")
+            os.chmod(self.stages, 0o711)
         self.uid_base = 200_000 + 100 * (int.from_bytes(os.urandom(3), "little") % 80_000)
         self.forks = 0
+        self.cgroup, self.memory_bound = None, "by the machine (no cgroup made yet)"
 
     def start(self, timeout: float) -> None:
         """Start the template and wait until it has imported torch (raises WorkerError)."""
@@ -83,24 +98,34 @@ class Sandbox:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-I", "-B", str(WORKER_SCRIPT), str(theirs.fileno()),
                    str(self.root)]
-        if self.isolated:
+        if self.tier == "bubblewrap":
             command = isolation.bwrap_command(self.root, self.visible, self.device) + command
         home = tempfile.mkdtemp(prefix="home-", dir=self.private)
         self.log_fd = os.open(os.path.join(self.private, "template.log"),
                               os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                               0o600)
+        self.cgroup, why = memory.create(f"autograder-{os.getpid()}-{self.uid_base}")
+        cgroup = self.cgroup
+
+        def before_exec() -> None:
+            _limit_template()
+            if cgroup is not None:
+                memory.join(cgroup)
+
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=self.log_fd, stderr=self.log_fd, cwd=home,
             env=isolation.environment(home, self.device), pass_fds=(theirs.fileno(),),
-            start_new_session=True, preexec_fn=_limit_template)
+            start_new_session=True, preexec_fn=before_exec)
         theirs.close()
         self.control = ours
-        from autograder.trusted.reference import course_sources
+        from autograder.trusted.reference import template_sources
 
-        setup = {"course": {name: source if name == "course.models" else ""
-                            for name, source in course_sources(None).items()
-                            if name in ("course", "course.models")},
-                 "limits": self._child_limits()}
+        setup = {"course": template_sources(), "limits": self._child_limits()}
+        if self.tier == "bubblewrap":  # what a child could write, wiped before the next one
+            setup["wipe"] = ["/tmp", "/dev/shm", isolation.HOME]
+        elif self.tier == "landlock-seccomp":
+            setup["landlock"] = {"read_only": isolation.landlock_read_only(self.root, self.visible),
+                                 "stages": self.stages}
         with contextlib.suppress(OSError):
             wire.write_frame(self.process.stdin.fileno(), pickle.dumps(setup),
                              time.monotonic() + timeout)
@@ -108,10 +133,24 @@ class Sandbox:
         reply = self._reply(timeout, "starting")
         if not reply.get("ready"):
             raise WorkerError("crash", "the sandbox did not start")
+        self._bound_memory(why)
+
+    def _bound_memory(self, why: str) -> None:
+        """One limit over the template and all it forks: what it holds now plus --memory-mb."""
+        if self.cgroup is not None:
+            try:
+                total = memory.usage(self.cgroup) + self.memory_bytes
+                memory.limit(self.cgroup, total)
+                self.memory_bound = f"by a memory cgroup of {total >> 20} MiB over all its processes"
+                return
+            except (OSError, ValueError) as exc:
+                why = f"its memory cgroup refused a limit ({exc})"
+        self.memory_bound = (f"not by the grader ({why}): the machine's or the container's own "
+                             "memory limit bounds it")
 
     def _child_limits(self) -> dict:
         limits = {"RLIMIT_NPROC": CHILD_PROCESSES, "RLIMIT_FSIZE": CHILD_FILE_BYTES,
-                  "RLIMIT_CORE": 0}
+                  "RLIMIT_CORE": 0, "RLIMIT_CPU": CHILD_CPU_SECONDS}
         if self.memory_bytes:
             limits["RLIMIT_AS"] = self.memory_bytes
         return limits
@@ -146,6 +185,12 @@ class Sandbox:
                                       "grace": grace}).encode())
         return self._reply(60 + grace, "ending a worker")
 
+    def uids(self) -> range:
+        """The user ids this grading's children run under (none where they share the grader's)."""
+        if not self.isolated or os.geteuid() != 0:
+            return range(0)
+        return range(self.uid_base, self.uid_base + 100)
+
     def close(self, keep_folder: bool = False) -> None:
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -154,11 +199,45 @@ class Sandbox:
                 self.process.wait(timeout=30)
             self.process = None
             os.close(self.log_fd)
+        kill_users(self.uids())  # tier 2 has no PID namespace to end its daemons with it
+        if self.cgroup is not None:
+            memory.remove(self.cgroup)
+            self.cgroup = None
         if self.control is not None:
             self.control.close()
             self.control = None
+        if self.stages is not None:
+            for entry in os.listdir(self.stages):
+                shutil.rmtree(os.path.join(self.stages, entry), ignore_errors=True)
         if not keep_folder:
             shutil.rmtree(self.private, ignore_errors=True)
+            if self.stages is not None:
+                shutil.rmtree(self.stages, ignore_errors=True)
+
+
+def processes_of(uids: range) -> list[int]:
+    """The live processes on this machine's /proc whose real user id is in `uids`."""
+    found = []
+    for entry in os.listdir("/proc") if uids else ():
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/status", "rb") as handle:
+                    fields = dict(line.split(b":", 1) for line in handle if b":" in line)
+                if fields[b"State"].split()[0] != b"Z" and int(fields[b"Uid"].split()[0]) in uids:
+                    found.append(int(entry))
+    return found
+
+
+def kill_users(uids: range) -> None:
+    """SIGKILL every process of `uids`, again until none is left (a fork bomb forks meanwhile)."""
+    for _ in range(200):
+        found = processes_of(uids)
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
 
 
 class StageProcess:

@@ -4,9 +4,11 @@
 (or, for a practice grade, as a plain subprocess). The template imports torch and transformers
 once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to the grader) for orders:
 "fork" (with the child's request pipe, answer pipe and log file passed as descriptors) and "reap"
-(end a child and every process of its user; say how it ended). It runs no student code.
+(end a child and every process of its user, delete all it could write: tier 1's /tmp, /dev/shm
+and home, as that user; tier 2's private folder; say how it ended). It runs no student code.
 
 Each child drops to its own user id (no capabilities, no new privileges, at most NPROC processes),
+takes a seccomp filter and, in tier 2, Landlock (`autograder.untrusted.confine`),
 installs the `course` modules the grader sent it (the stage under test, and later stages, as stubs:
 see `autograder.trusted.reference.course_sources`), loads the submission, and answers probe requests:
 requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
@@ -16,6 +18,7 @@ Whatever the student's code prints goes to a log file, never to the grader's ter
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import importlib.abc
@@ -24,9 +27,11 @@ import json
 import os
 import pickle
 import resource
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -106,9 +111,20 @@ def install_course(sources: dict, extra_globals: dict | None = None) -> None:
         package.models = models
 
 
+def _stand_in_for_selfcheck() -> None:
+    """Notebooks import `autograder.selfcheck` for their check cells, which a grading never runs
+    (only definitions are read): here that import finds a stand-in whose `self_check` does
+    nothing, in both tiers (tier 2 cannot even read the real module, which drives the grader)."""
+    module = types.ModuleType("autograder.selfcheck")
+    module.self_check = lambda *args, **kwargs: None
+    sys.modules[module.__name__] = module
+
+
 def load(config: dict):
     from autograder.protocol.answers import function_status
     from autograder.untrusted.probes import SubmissionState
+
+    _stand_in_for_selfcheck()
 
     submission, errors, counter = config["submission"], [], Counter()
     stage = config.get("stage")
@@ -206,8 +222,9 @@ def serve(answer_fd: int) -> None:
 
 
 # ---- the template ------------------------------------------------------------------------
-def _become_child(control: socket.socket, fds: list, order: dict, limits: dict) -> None:
-    """In the forked child, before any student code: own descriptors, limits, user id."""
+def _become_child(control: socket.socket, fds: list, order: dict, setup: dict) -> None:
+    """In the forked child, before any student code: own descriptors, limits, user id, then the
+    tier's confinement (tier 2: Landlock and seccomp; tier 1: seccomp inside bubblewrap)."""
     control.close()
     request_fd, answer_fd, log_fd = fds
     os.dup2(request_fd, 0)
@@ -216,9 +233,10 @@ def _become_child(control: socket.socket, fds: list, order: dict, limits: dict) 
     for fd in (request_fd, log_fd):
         os.close(fd)
     os.setpgid(0, 0)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    for name, value in limits.items():
+    template = os.getppid()
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")  # the OOM killer takes a child, not the template
+    for name, value in setup["limits"].items():
         if name == "RLIMIT_AS":  # what the submission may add to what the template has mapped
             value += _mapped_bytes()
         resource.setrlimit(getattr(resource, name), (value, value))
@@ -226,9 +244,53 @@ def _become_child(control: socket.socket, fds: list, order: dict, limits: dict) 
         os.setgroups([])
         os.setgid(order["uid"])
         os.setuid(order["uid"])
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setuid, which clears it
+    if os.getppid() != template:
+        os._exit(1)  # the template died before the death signal was set
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     sys.dont_write_bytecode = True
     os.umask(0o077)
+    from autograder.untrusted import confine
+
+    landlock = setup.get("landlock")
+    if landlock is not None:  # tier 2: its own folder is its home, its tmp and all it may write
+        os.chdir(order["folder"])
+        os.environ.update(HOME=order["folder"], TMPDIR=order["folder"])
+        tempfile.tempdir = None
+        confine.confine(landlock["read_only"], order["folder"])
+    elif setup.get("wipe"):  # tier 1: the network namespace holds only loopback, for gloo
+        confine.install_seccomp(unix_only=False)
+
+
+def _wipe(uid: int, folders: list) -> None:
+    """Delete what user `uid` left in `folders` (tier 1's shared /tmp, /dev/shm and home), as that
+    user (the template may not delete others' files in a sticky /tmp): its own files only."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if uid:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            for folder in folders:
+                _empty(folder)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _empty(folder: str) -> None:
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)  # a folder made unreadable by its owner is emptied too
+                _empty(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
 
 
 def _mapped_bytes() -> int:
@@ -261,8 +323,9 @@ def _processes_of(uid: int, pgid: int) -> list[int]:
     return found
 
 
-def _reap(pid: int, uid: int, grace: float) -> dict:
-    """Wait up to `grace` s for the child to end; then kill it and everything of its user."""
+def _reap(pid: int, uid: int, grace: float, setup: dict, folder: str | None) -> dict:
+    """Wait up to `grace` s for the child to end; then kill it and everything of its user, and
+    delete all it could write, before the next child runs."""
     deadline, status = time.monotonic() + grace, None
     while status is None:
         done, code = os.waitpid(pid, os.WNOHANG)
@@ -285,9 +348,24 @@ def _reap(pid: int, uid: int, grace: float) -> dict:
         if status is None:
             status = os.waitpid(pid, 0)[1]
         time.sleep(0.005)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+    if setup.get("wipe"):
+        _wipe(uid, setup["wipe"])
     if os.WIFSIGNALED(status):
         return {"signal": os.WTERMSIG(status), "killed_by_grader": killed}
     return {"exit": os.waitstatus_to_exitcode(status), "killed_by_grader": killed}
+
+
+def _private_folder(setup: dict, uid: int) -> str | None:
+    """Tier 2: a fresh folder only `uid` may use (its home and tmp), inside the grader's 0711 one."""
+    if setup.get("landlock") is None:
+        return None
+    folder = os.path.join(setup["landlock"]["stages"], str(uid))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.mkdir(folder, 0o700)
+    os.chown(folder, uid, uid)
+    return folder
 
 
 def template(control_fd: int, root: str) -> None:
@@ -297,24 +375,28 @@ def template(control_fd: int, root: str) -> None:
     import transformers  # noqa: F401  (loaded once here, shared by every child)
 
     from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
-    from autograder.untrusted import probes  # noqa: F401
+    from autograder.untrusted import confine, probes  # noqa: F401
+    if setup.get("landlock") is not None or setup.get("wipe"):
+        import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
     install_course(setup["course"])  # course.models only: no graded function lives there
     markers.build_tokenizer()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     control = socket.socket(fileno=control_fd)
     control.send(json.dumps({"ready": True}).encode())
+    folders = {}  # tier 2: child pid -> its private folder
     while True:
         message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
         if not message:
             return
         order = json.loads(message)
         if order["op"] == "fork":
+            order["folder"] = _private_folder(setup, order["uid"])
             pid = os.fork()
             if pid == 0:
                 code = 0
                 try:
-                    _become_child(control, fds, order, setup["limits"])
+                    _become_child(control, fds, order, setup)
                     serve(fds[1])
                 except BaseException:
                     traceback.print_exc()
@@ -325,9 +407,11 @@ def template(control_fd: int, root: str) -> None:
                     os._exit(code)
             for fd in fds:
                 os.close(fd)
+            folders[pid] = order["folder"]
             control.send(json.dumps({"pid": pid}).encode())
         elif order["op"] == "reap":
-            control.send(json.dumps(_reap(order["pid"], order["uid"], order["grace"])).encode())
+            control.send(json.dumps(_reap(order["pid"], order["uid"], order["grace"], setup,
+                                          folders.pop(order["pid"], None))).encode())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,172 @@
+"""Tier 2 of the sandbox: a stage child confines itself with Landlock and seccomp.
+
+Where bubblewrap cannot start (a Docker container with Docker's default security: its seccomp
+profile refuses unshare and clone with CLONE_NEW*, and pivot_root), each stage child, after it
+has taken its own user id and PR_SET_NO_NEW_PRIVS (`autograder.untrusted.worker`), calls
+`confine` before any student code runs:
+
+- Landlock (https://docs.kernel.org/userspace-api/landlock.html, the kernel's
+  include/uapi/linux/landlock.h; syscalls 444-446 on every architecture): read and execute the
+  folders it is given (system, Python, the worker's own modules), read and write ONE private
+  folder (its home and tmp), read and write /dev/null; nothing else, so neither the project, the
+  fixtures, the grader's folder nor the results. TCP bind and connect are refused (ABI >= 4), and
+  with ABI >= 6 the scoping flags refuse signals and abstract unix sockets towards any process
+  outside the child's own Landlock domain.
+- seccomp, built with libseccomp (`pyseccomp`, a ctypes binding of the system's libseccomp2):
+  ptrace, process_vm_readv/writev, keyctl/add_key/request_key, mount/umount/pivot_root and the new
+  mount API, bpf, perf_event_open, unshare/setns, clone with any CLONE_NEW* flag, io_uring (it
+  makes sockets without socket()), SysV IPC and every socket family but AF_UNIX are refused (EPERM; clone3,
+  whose flags seccomp cannot read, answers ENOSYS so that the C library falls back to clone).
+
+`landlock_abi` says which Landlock the kernel offers (0: none); `python confine.py --check`
+confines itself as a stage child would and prints what it could do, for
+`autograder.trusted.isolation` to decide whether tier 2 holds here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import socket
+import sys
+
+CREATE_RULESET, ADD_RULE, RESTRICT_SELF = 444, 445, 446  # the same numbers on every architecture
+RULESET_VERSION = 1
+RULE_PATH_BENEATH, RULE_NET_PORT = 1, 2
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_TRUNCATE, FS_IOCTL_DEV = 1 << 14, 1 << 15
+FS_BITS_BY_ABI = {1: 13, 2: 14, 3: 15, 4: 15, 5: 16}  # how many access bits each ABI knows
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+READ_ONLY = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+CLONE_NEW = (0x00000080, 0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
+             0x40000000)  # CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+REFUSED = ("ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key",
+           "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+           "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "unshare",
+           "setns", "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
+           "kexec_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
+           "shmget", "semget", "msgget")  # SysV IPC: no namespace of its own in tier 2
+
+
+class RulesetAttr(ctypes.Structure):  # struct landlock_ruleset_attr
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class PathBeneath(ctypes.Structure):  # struct landlock_path_beneath_attr (packed)
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(number: int, *args) -> int:
+    result = _libc.syscall(ctypes.c_long(number), *args)
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"landlock syscall {number}: {os.strerror(code)}")
+    return result
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where Landlock is absent or disabled."""
+    try:
+        return _syscall(CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(RULESET_VERSION))
+    except OSError:
+        return 0
+
+
+def restrict_filesystem(read_only: list[str], private: str, abi: int) -> None:
+    """Landlock: read `read_only`, read and write `private` and /dev/null, nothing else; no TCP;
+    no signals or abstract unix sockets out of this domain (ABI >= 6)."""
+    everything = (1 << FS_BITS_BY_ABI.get(abi, 16)) - 1
+    attr = RulesetAttr(everything, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+                       SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
+    size = ctypes.sizeof(RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = _syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    try:
+        rules = [(path, READ_ONLY) for path in read_only] + [(private, everything),
+                                                              ("/dev/null", FS_READ_FILE | FS_WRITE_FILE)]
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a folder this machine does not have
+            try:
+                if not os.path.isdir(path):
+                    access &= FILE_RIGHTS
+                rule = PathBeneath(access & everything, fd)
+                _syscall(ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_PATH_BENEATH),
+                         ctypes.byref(rule), ctypes.c_uint32(0))
+            finally:
+                os.close(fd)
+        _syscall(RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
+
+
+def install_seccomp(unix_only: bool = True) -> None:
+    """The syscall filter of the module docstring (libseccomp through `pyseccomp`); sockets of
+    every family where not `unix_only` (tier 1, inside a network namespace of only loopback)."""
+    import pyseccomp as seccomp
+
+    refuse = seccomp.ERRNO(errno.EPERM)
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in REFUSED:
+        try:
+            rules.add_rule(refuse, name)
+        except (OSError, ValueError, RuntimeError):
+            continue  # a syscall this architecture does not have
+    for flag in CLONE_NEW:
+        rules.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    if unix_only:
+        rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket",
+                       seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    rules.load()
+
+
+def confine(read_only: list[str], private: str) -> None:
+    """Landlock, then seccomp (raises OSError where either cannot be had: the child must not run)."""
+    import pyseccomp  # noqa: F401  (read before Landlock hides where it lies)
+
+    abi = landlock_abi()
+    if abi < 1:
+        raise OSError(errno.ENOSYS, "Landlock is not available in this kernel")
+    restrict_filesystem(read_only, private, abi)
+    install_seccomp()
+
+
+def _raise() -> None:
+    raise OSError(ctypes.get_errno(), "refused")
+
+
+def _check(private: str, forbidden: str) -> dict:
+    """Confine this process as a stage child and report what still works (the tier-2 self-test)."""
+    seen = {"abi": landlock_abi(), "no_new_privs": _libc.prctl(38, 1, 0, 0, 0) == 0}
+    confine([sys.prefix, sys.base_prefix, "/usr", "/lib", "/lib64"], private)
+    for name, attempt in (("write_private", lambda: open(os.path.join(private, f"check-{os.getpid()}"), "x").close()),
+                          ("read_forbidden", lambda: open(forbidden, "rb").close()),
+                          ("inet_socket", lambda: socket.socket(socket.AF_INET).close()),
+                          ("unix_socket", lambda: socket.socket(socket.AF_UNIX).close()),
+                          ("unshare", lambda: _libc.unshare(0x10000000) == 0 or _raise()),
+                          ("fork", lambda: os.waitpid(os.fork() or os._exit(0), 0))):
+        try:
+            attempt()
+            seen[name] = True
+        except OSError:
+            seen[name] = False
+    return seen
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
+    try:
+        print(json.dumps(_check(sys.argv[2], sys.argv[3])))
+    except Exception as exc:  # the reason goes back to the grader, which refuses tier 2
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
