@@ -82,11 +82,9 @@ def grpo_train_step(
     ref_log_probs: torch.Tensor | None = None,
     ref_model: torch.nn.Module | None = None,
     sampler_log_probs: torch.Tensor | None = None,
-    tis_cap: float = 2.0,
-    temperature: float = 1.0,
+    tis_cap: float = 2.0, temperature: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
     """One optimizer step on B = n_groups · G rollouts (this rank's share under DDP).
-
     Args:
         model, optimizer: a causal LM (optionally in DistributedDataParallel) and its
             optimizer, stepped once; the gradients are zeroed before and after.
@@ -97,12 +95,11 @@ def grpo_train_step(
             advantage_normalizer: see `compute_group_normalized_rewards`;
             importance_reweighting_method, cliprange: `compute_policy_gradient_loss`'s.
         old_log_probs, ref_log_probs, sampler_log_probs: (B, T') log π_old, log π_ref
-            and the sampler's log-probs of the tokenized batch (T' ≥ its T).
+            and the sampler's log-probs of the tokenized batch (T' ≥ its T), of
+            softmax(logits / τ): `temperature` τ scores π_θ (and a ref_model) the same.
         loss_normalization, normalization_constant: "sequence", "token", "constant"; C.
         kl_beta, kl_estimator, tis_cap: β ≥ 0 and estimator of the KL penalty (β > 0
             needs ref_log_probs or ref_model); the TIS cap (with sampler_log_probs).
-        temperature: τ the rollouts were sampled at; π_θ (and a ref_model) are scored
-            as softmax(logits / τ), as old_log_probs and sampler_log_probs are.
     Returns (loss, metadata): the step's loss (0-dim, detached); reward, advantage and
     loss metadata (means over the step), `loss`, `gradient_norm` (before clipping),
     `response_token_count`, `optimizer_step`.
@@ -242,7 +239,7 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
 def _aligned_batch(batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                    aligned: dict) -> dict:
     """The tokenized batch (B, T) with its advantages (B,) and the given log-probs cut
-    to (B, T)."""
+    to (B, T), 0 off the response mask."""
     batch = {**batch, "advantages": advantages}
     batch_size, positions = batch["input_ids"].shape
     for name, log_probs in aligned.items():
@@ -254,7 +251,10 @@ def _aligned_batch(batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                 f"{name} must be (B, T) = ({batch_size}, {positions}) aligned with the "
                 f"tokenized batch, got {tuple(log_probs.shape)}"
             )
-        batch[name] = log_probs[:, :positions]
+        # 0 off the response: an inf or nan at a prompt or padding position would
+        # otherwise reach the gradient through exp (0·∞ = nan in backward)
+        batch[name] = torch.where(batch["response_mask"].bool(),
+                                  log_probs[:, :positions], 0)
     return batch
 
 

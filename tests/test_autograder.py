@@ -43,6 +43,7 @@ MUTANTS = {
     "clip_wrong_side": ("compute_policy_gradient_loss", "clip_fraction", "wrong side"),
     "gspo_product": ("compute_policy_gradient_loss", "gspo", "product of token ratios"),
     "cispo_attached": ("compute_policy_gradient_loss", "cispo", "not detached"),
+    "masked_nan_gradient": ("compute_policy_gradient_loss", "never leak into the gradient", "0·∞ = nan"),
     "swapped_clip": ("compute_grpo_loss", "dapo", "swapped"),
     "tis_on_kl": ("compute_grpo_loss", "dapo", "applied to the KL"),
     "k3_sign": ("estimate_kl", "k1, k2, k3", "sign of delta reversed".replace("delta", "δ")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,6 +97,18 @@ def _unrevealed(monkeypatch, name: str) -> None:
     monkeypatch.setattr(course.advantages, name, stub)
 
 
+def test_a_cell_that_does_not_parse_is_named_with_its_line_not_called_unwritten(tmp_path, monkeypatch):
+    write_notebook(tmp_path, "03_rewards_and_advantages.ipynb", "x = 1",
+                   "def compute_group_normalized_rewards(*args):\n    return (1,\n")
+    fallback = load_implementations(tmp_path)
+    origin = fallback.origins["compute_group_normalized_rewards"]
+    assert origin.startswith("reference") and "code cell 2 does not parse" in origin and "line 2" in origin
+    assert "not written" not in origin
+    _unrevealed(monkeypatch, "compute_group_normalized_rewards")
+    with pytest.raises(StageNotWritten, match="code cell 2 does not parse.*line 2.*finish 03"):
+        load_implementations(tmp_path)
+
+
 def test_a_stage_neither_written_nor_revealed_names_the_notebook(tmp_path, monkeypatch):
     write_notebook(tmp_path, "01.ipynb", "x = 1")
     _unrevealed(monkeypatch, "compute_group_normalized_rewards")
@@ -158,8 +171,14 @@ def test_an_unrevealed_earlier_stage_is_the_learners_own(tmp_path, monkeypatch):
     assert uses.origins["compute_group_normalized_rewards"] == "yours (03.ipynb)"
     assert uses["compute_rollout_rewards"] is course.compute_rollout_rewards
     _unrevealed(monkeypatch, "compute_rollout_rewards")
+    # neither written nor revealed: left out, and said so, while the stages that exist still bind
+    uses = earlier_stages("6_train_step", tmp_path)
+    assert uses.missing == ("compute_rollout_rewards",) and "compute_rollout_rewards" not in uses.functions
+    assert uses["compute_group_normalized_rewards"]() == "mine"
+    assert uses["tokenize_prompt_and_output"] is course.tokenize_prompt_and_output
+    assert re.search("compute_rollout_rewards +MISSING .*finish 03_rewards", uses.table())
     with pytest.raises(StageNotWritten, match="compute_rollout_rewards.*finish 03_rewards"):
-        earlier_stages("6_train_step", tmp_path)
+        load_implementations(tmp_path)
     with pytest.raises(ValueError, match="stage must be one of"):
         earlier_stages("7_end_to_end", tmp_path)
 
