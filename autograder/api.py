@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import time
 from pathlib import Path
 
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
@@ -14,8 +16,10 @@ from autograder.trusted.session import GradingSession
 def submission_problem(spec: str) -> str | None:
     """Why `--submission spec` names nothing that exists (None when it does): a usage error."""
     path = Path(spec)
-    if path.exists() or (not path.is_absolute() and (ROOT / path).exists()):
-        return None
+    if not path.exists() and not path.is_absolute() and (ROOT / path).exists():
+        path = ROOT / path
+    if path.exists():
+        return unreadable(path)
     if "/" not in spec and path.suffix == "" and spec.replace(".", "").replace("_", "").isalnum():
         try:
             if importlib.util.find_spec(spec.split(".")[0]) is not None:
@@ -24,6 +28,19 @@ def submission_problem(spec: str) -> str | None:
             pass
         return f"--submission {spec}: no such file, folder or importable module"
     return f"--submission {spec}: no such file or folder"
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the grader cannot read `path` or the notebooks and .py files in it (None: it can)."""
+    files = [path]
+    try:
+        if path.is_dir():
+            files = [p for p in path.iterdir() if p.suffix in (".ipynb", ".py") and p.is_file()]
+        for file in files:
+            os.close(os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as exc:
+        return f"--submission {path}: the grader cannot read {exc.filename or path} ({exc.strerror})"
+    return None
 
 
 def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: int | None = None,
@@ -37,12 +54,15 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     template started ahead for this grading alone (`autograder.batch`). `allow_reference`: pasted
     copies of the reference earn points (checking the solution notebooks). `stored_only`: judge
     from the stored cases alone (None: when this is a student edition). `isolation`: "auto",
-    "bubblewrap" or "landlock" (the sandbox's tier, `autograder.trusted.isolation`)."""
+    "bubblewrap" or "landlock" (the sandbox's tier, `autograder.trusted.isolation`). "incomplete"
+    in the answer lists why the grading did not complete (then its score is no grade: see
+    `Grader.incomplete`); `time_limit` is wall time from this call."""
+    started = time.monotonic()
     problem = submission_problem(str(submission))
     if problem:
         raise FileNotFoundError(problem)
     session = GradingSession(submission, device, probe_timeout, memory_mb, seed, official,
-                             time_limit, sandbox, allow_reference, stored_only, isolation)
+                             time_limit, sandbox, allow_reference, stored_only, isolation, started)
     grader = session.grader
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]
@@ -51,5 +71,6 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     score, maximum = grader.totals()
     return {"results": {r["name"]: r for r in results}, "score": score, "max_score": maximum,
             "load_failure": grader.load_failure, "load_errors": grader.load_errors,
-            "tampering": tampering, "practice": grader.practice, "stored_only": grader.stored_only, "isolation": grader.isolation_note,
-            "tier": grader.isolation_tier}
+            "tampering": tampering, "practice": grader.practice, "stored_only": grader.stored_only,
+            "isolation": grader.isolation_note, "isolation_tier": grader.isolation_tier,
+            "incomplete": grader.incomplete}

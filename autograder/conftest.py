@@ -10,15 +10,25 @@ In the student edition (and with --stored-only) the checks judge from stored cas
 the reference: a PRACTICE grade too, and `--official` is a usage error there.
 Each check is one pytest test (`autograder/test_checks.py`); a check that loses points is a failed
 test, so the reference (`--submission course`) exits 0 and anything short of full marks exits 1.
+A grading that did not complete (the sandbox would not start, `--time-limit` ran out, the grader
+failed on a check) is no grade: it writes no `--results` file, says GRADING DID NOT COMPLETE, and
+exits 3. Every option's value is checked before torch is imported (`autograder.options`); bad
+values are usage errors naming the flag (exit 4). `--time-limit` is wall time from this process's
+start.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from autograder.options import cuda_problem, memory_mb, seconds, seed
+
+STARTED = time.monotonic()  # the grading's one clock starts with the process (plugins load first)
 ROOT = Path(__file__).resolve().parent.parent
+EXIT_INCOMPLETE = 3  # pytest's "internal error": there is no grade
 
 
 def pytest_addoption(parser) -> None:
@@ -27,14 +37,17 @@ def pytest_addoption(parser) -> None:
                     help="folder of notebooks, one .ipynb, one .py, or a module name (`course`)")
     group.addoption("--results", default=None, help="write Gradescope results.json here")
     group.addoption("--device", default="cpu", choices=("cpu", "cuda", "auto"))
-    group.addoption("--probe-timeout", type=float, default=30.0,
+    group.addoption("--probe-timeout", type=seconds, default=30.0,
                     help="seconds a single call into the submission may take")
-    group.addoption("--memory-mb", type=int, default=6144, help="address space (MiB) the submission may use beyond the grader's libraries")
-    group.addoption("--seed", type=int, default=None, help="seed of the fresh inputs (default: random)")
+    group.addoption("--memory-mb", type=memory_mb, default=6144,
+                    help="address space (MiB) the submission may use beyond the grader's libraries")
+    group.addoption("--seed", type=seed, default=None,
+                    help="seed of the fresh inputs (default: random)")
     group.addoption("--official", action="store_true",
                     help="an official grade: refuse to grade unless the sandbox isolates the submission")
-    group.addoption("--time-limit", type=float, default=None,
-                    help="seconds the whole grading may take (default: 1200)")
+    group.addoption("--time-limit", type=seconds, default=None,
+                    help="wall-clock seconds the whole grading may take, from the start "
+                         "(default: 1200)")
     group.addoption("--stored-only", action="store_true",
                     help="judge from the stored cases alone, without the reference (a practice "
                          "grade; always so in the student edition)")
@@ -53,6 +66,8 @@ def pytest_configure(config) -> None:
     from autograder.trusted.isolation import sandbox_problem
 
     problem = submission_problem(config.getoption("--submission"))
+    if problem is None and config.getoption("--device") == "cuda":
+        problem = cuda_problem()
     official = config.getoption("--official")
     if problem is None and official and (EDITION.exists() or config.getoption("--stored-only")):
         problem = ("--official: this autograder grades from stored cases only (a practice grade); "
@@ -61,13 +76,7 @@ def pytest_configure(config) -> None:
     if problem is None and official and sandbox_problem(ROOT, isolation):
         problem = ("--official: refusing to grade without isolation: "
                    f"{sandbox_problem(ROOT, isolation)}")
-    if problem:
-        results = config.getoption("--results")
-        if results:
-            from autograder.trusted.results import write_results
-
-            write_results({"score": 0.0, "output": problem, "visibility": "visible",
-                           "stdout_visibility": "hidden", "tests": []}, results)
+    if problem:  # no results.json: a refusal is no grade (see autograder.gradescope.run)
         raise pytest.UsageError(problem)
 
 
@@ -84,10 +93,11 @@ class Session:
             time_limit=config.getoption("--time-limit"),
             allow_reference=config.getoption("--allow-reference"),
             stored_only=config.getoption("--stored-only") or None,
-            isolation=config.getoption("--isolation"))
+            isolation=config.getoption("--isolation"), started_at=STARTED)
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written
+        self.incomplete: str | None = None  # why there is no grade (the grading did not complete)
         self.tampering: list[str] = []
 
     def finish(self) -> None:
@@ -95,11 +105,16 @@ class Session:
         self.write()
 
     def write(self) -> None:
+        from autograder.trusted.grader import GradingIncomplete, incomplete_note
         from autograder.trusted.results import ResultsError
 
-        if self.results_path:
+        if self.grader.incomplete:
+            self.incomplete = incomplete_note(self.grader.incomplete)
+        if self.results_path and not self.incomplete:
             try:
                 self.grader.write_results(self.results_path)
+            except GradingIncomplete as exc:
+                self.incomplete = str(exc)
             except ResultsError as exc:  # e.g. a link someone else planted at that name in /tmp
                 self.results_problem = str(exc)
 
@@ -119,7 +134,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     grading_session = session.config.stash.get(_session_key, None)
     if grading_session is not None:
         grading_session.finish()
-        if (grading_session.tampering or grading_session.results_problem) and session.exitstatus == 0:
+        if grading_session.incomplete:
+            session.exitstatus = EXIT_INCOMPLETE
+        elif (grading_session.tampering or grading_session.results_problem) and session.exitstatus == 0:
             session.exitstatus = 1
 
 
@@ -132,6 +149,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     grader = grading_session.grader
     write = terminalreporter.write_line
     terminalreporter.section("autograder")
+    if grading_session.incomplete:
+        write(escape(grading_session.incomplete))
     write(grader.isolation_note)
     for note in ([grader.load_failure] if grader.load_failure else []) + grader.load_errors:
         write(f"note: {escape(note)}")
@@ -145,3 +164,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for line in stage_table(grader.results):
         write(line)
     write(f"({grader.seed_note})")
+    if grading_session.incomplete:
+        write("GRADING DID NOT COMPLETE: the points above are not a grade")

@@ -3,15 +3,18 @@
   log_softmax  model(x).logits → full (B, T, V) log_softmax → gather        (the textbook way)
   trl          model(x).logits → trl.trainer.utils.selective_log_softmax    (what TRL's GRPOTrainer uses)
   gather_lse   model(x).logits → gather − logsumexp                         (get_response_log_probs, chunk 0)
-  chunked      decoder → output head over `--chunk` positions at a time,
-               recomputed in backward                                        (get_response_log_probs, chunk > 0)
+  chunked      decoder (each layer recomputed in backward) → output head over
+               `--chunk` positions at a time, recomputed in backward         (get_response_log_probs, chunk > 0)
+  cce          decoder → Cut Cross-Entropy's `torch_compile` implementation (cut_cross_entropy.linear_cross_entropy)
 
 At a realistic vocabulary (OLMo 2's 50304 by default) the (B, T, V) logits dominate: the first
 three keep them (and their gradient) alive, the chunked head only one (B, chunk, V) block at a time.
 The chunk is chosen by bytes (`--block-mib`, one float32 block of logits), not by positions: what
 fits depends on B and V. Idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv
-2410.10989); Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009). TRL is optional
-(`pip install -e ".[bench]"`); without it its row says so.
+2410.10989); Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009). TRL and Cut Cross-Entropy
+are optional (`pip install -e ".[bench]"`); without them their rows say so. Cut Cross-Entropy's
+`torch_compile` implementation runs on a CPU (its Triton kernels need a GPU); it is compiled in the
+warm-up, on the full batch, so neither its compile time nor the compiler's memory is counted.
 
 Each method runs in a fresh subprocess so that allocator caches from one cannot hide another's peak.
 Peak extra memory is measured around one forward + backward (parameter gradients included):
@@ -40,7 +43,8 @@ import time
 
 import torch
 
-METHODS = ("log_softmax", "trl", "gather_lse", "chunked")
+METHODS = ("log_softmax", "trl", "gather_lse", "chunked", "cce")
+OPTIONAL = {"trl": "trl", "cce": "cut_cross_entropy"}  # method -> the module it needs
 
 
 def _rss_kib(field: str) -> int:
@@ -51,8 +55,8 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status (Linux only)")
 
 
-def trl_available() -> bool:
-    return importlib.util.find_spec("trl") is not None
+def available(method: str) -> bool:
+    return method not in OPTIONAL or importlib.util.find_spec(OPTIONAL[method]) is not None
 
 
 def chunk_for(args: argparse.Namespace) -> int:
@@ -72,6 +76,12 @@ def _score(method: str, model, input_ids, labels, chunk: int) -> torch.Tensor:
         from trl.trainer.utils import selective_log_softmax
 
         return selective_log_softmax(model(input_ids).logits, labels)  # (B, T)
+    if method == "cce":
+        from cut_cross_entropy import linear_cross_entropy
+
+        hidden = model.model(input_ids).last_hidden_state  # (B, T, H)
+        head = model.get_output_embeddings().weight  # (V, H)
+        return -linear_cross_entropy(hidden, head, labels, impl="torch_compile", reduction="none")  # (B, T)
     size = 0 if method == "gather_lse" else chunk
     return get_response_log_probs(model, input_ids, labels, logits_chunk_size=size)["log_probs"]
 
@@ -99,8 +109,10 @@ def _setup(args: argparse.Namespace):
 
     def warm_up(method: str) -> None:
         # one short row: lazy initialization and the parameter-gradient buffers (the same for every
-        # method) are allocated here, so what is measured after is the scoring's own cost
-        _score(method, model, input_ids[:1, :chunk], labels[:1, :chunk], chunk).sum().backward()
+        # method) are allocated here, so what is measured after is the scoring's own cost; a
+        # compiled method (cce) is compiled for the batch's own shape
+        rows, length = (None, None) if method == "cce" else (1, chunk)
+        _score(method, model, input_ids[:rows, :length], labels[:rows, :length], chunk).sum().backward()
         model.zero_grad(set_to_none=False)
 
     return model, device, forward_backward, warm_up
@@ -192,7 +204,7 @@ def main() -> None:
         parser.error("sizes, --repeats and --block-mib must be positive (--chunk non-negative)")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
-    methods = [m for m in METHODS if m != "trl" or trl_available()]
+    methods = [m for m in METHODS if available(m)]
     results = {}
     # glibc would keep freed (B, T, V) blocks in its heap and RSS would not fall; serving every block
     # over 1 MiB with mmap returns it on free, so peak RSS tracks live tensors
@@ -231,7 +243,7 @@ def print_table(args: argparse.Namespace, results: dict) -> None:
     reference_seconds = statistics.median(reference["seconds"])
     for method in METHODS:
         if method not in results:
-            print(f"{method:<12} not installed: pip install -e '.[bench]' to compare with TRL")
+            print(f"{method:<12} not installed: pip install -e '.[bench]' ({OPTIONAL[method]})")
             continue
         result = results[method]
         seconds = statistics.median(result["seconds"])

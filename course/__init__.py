@@ -5,44 +5,47 @@ Pipeline order (one module per concept):
 and the support modules models (tiny OLMo2 + tokenizer), metrics, distributed, tasks, rollout,
 train, plotting.
 Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
+The names load lazily (PEP 562 module `__getattr__`): `import course.cli` does not import torch,
+so a command line answers a usage error before torch loads.
 """
 
-from course.advantages import compute_group_normalized_rewards, compute_rollout_rewards
-from course.aggregation import (
-    aggregate_loss_across_microbatch,
-    calculate_loss_and_backward,
-    masked_mean,
-)
-from course.losses import (
-    GRPOLossConfig,
-    compute_grpo_loss,
-    compute_policy_gradient_loss,
-    estimate_kl,
-    truncated_importance_weights,
-)
-from course.metrics import LossStatistics, compare_logprobs
-from course.registry import GRADED_FUNCTIONS, STAGES  # what is graded, by stage, in order
-from course.scoring import compute_entropy, get_response_log_probs
-from course.tokenization import tokenize_prompt_and_output
-from course.train_step import grpo_train_step
+from __future__ import annotations
 
-__all__ = [
-    "tokenize_prompt_and_output",
-    "compute_entropy",
-    "get_response_log_probs",
-    "compute_rollout_rewards",
-    "compute_group_normalized_rewards",
-    "compute_policy_gradient_loss",
-    "compute_grpo_loss",
-    "estimate_kl",
-    "truncated_importance_weights",
-    "aggregate_loss_across_microbatch",
-    "grpo_train_step",
-    "GRADED_FUNCTIONS",
-    "STAGES",
-    "GRPOLossConfig",
-    "LossStatistics",
-    "calculate_loss_and_backward",
-    "compare_logprobs",
-    "masked_mean",
-]
+import importlib
+
+from course.registry import (  # what is graded, by stage, in order
+    GRADED_FUNCTIONS,
+    HOME_MODULES,
+    STAGES,
+)
+
+# Where each name of `__all__` lives: the graded functions in their stage's module, and helpers.
+_HOMES = {
+    **HOME_MODULES,
+    "GRPOLossConfig": "course.losses",
+    "LossStatistics": "course.metrics",
+    "calculate_loss_and_backward": "course.aggregation",
+    "compare_logprobs": "course.metrics",
+    "masked_mean": "course.aggregation",
+}
+
+__all__ = [*GRADED_FUNCTIONS, "GRADED_FUNCTIONS", "STAGES", *sorted(set(_HOMES) - set(HOME_MODULES))]
+
+
+def __getattr__(name: str):
+    """A name of `__all__` from its home module, or a submodule (`course.advantages`), on first use."""
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name not in (None, f"{__name__}.{name}"):  # a module it imports is missing
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

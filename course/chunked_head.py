@@ -237,15 +237,19 @@ def chunked_head_log_probs(
     labels: torch.Tensor,
     chunk_size: int,
     return_token_entropy: bool,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(labels | input_ids) (B, T), and the entropy (B, T) if asked, holding at most the logits
-    of one (B, chunk_size, V) block at a time. `model` must be one of CHUNKABLE_MODEL_TYPES."""
+    of one (B, chunk_size, V) block at a time. `model` must be one of CHUNKABLE_MODEL_TYPES.
+    At temperature τ the logits are W h / τ = W (h / τ) (the head has no bias): h is divided."""
     decoder, head = _decoder_and_head(model)
     vocab = head.weight.shape[0]
     if labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < vocab:
         raise ValueError(f"labels must lie in [0, {vocab}) (the head's vocabulary), got "
                          f"[{int(labels.min())}, {int(labels.max())}]")
     hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
+    if temperature != 1:
+        hidden = hidden / temperature
     batch, positions = labels.shape
     budget = batch * chunk_size * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most
     log_probs, entropy = _ChunkedHeadLogProb.apply(

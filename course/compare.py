@@ -20,21 +20,19 @@ table) and `compare.json` (every run's numbers and curve). A non-empty DIR is re
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
-from course.train import (
+from course.cli import Parser, add_config_arguments
+from course.train_config import (
     CHOICES,
     LOSSES,
     NORMALIZATIONS,
+    ConfigError,
     TrainConfig,
-    add_config_arguments,
-    train,
+    flag_types,
     validate,
 )
 
@@ -48,6 +46,8 @@ STYLES = {"sequence": "-", "token": "--", "constant": ":"}
 
 def run_variants(base: TrainConfig, losses, normalizations, seeds, out: Path, log=print) -> list[dict]:
     """Train every (loss, normalization, seed); one record per run with its held-out curve."""
+    from course.train import train  # torch: after the command line is checked
+
     runs = []
     for loss in losses:
         for normalization in normalizations:
@@ -95,6 +95,8 @@ def markdown(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], title: str, path: Path) -> Path:
     """Curves on the left, the table on the right; a bare Figure (no pyplot, no display needed)."""
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(14, 5.5), layout="constrained")
     curves, cells = figure.subplots(1, 2, width_ratios=(1, 1.25))
     for row in rows:
@@ -117,15 +119,14 @@ def plot(rows: list[dict], title: str, path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course.compare", description=__doc__.split("\n\n")[0],
-                                     allow_abbrev=False)  # --loss must not pass for --losses
+    parser = Parser(prog="python -m course.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/compare"),
                         help="folder for the runs, compare.png, compare.md and compare.json")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
     parser.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES))
     parser.add_argument("--normalizations", nargs="+", choices=NORMALIZATIONS, default=["sequence", "token"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN)
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=flag_types())
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
@@ -135,8 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     base = TrainConfig(**args)
     try:
         validate(base, world_size=1)
-    except ValueError as error:
-        parser.error(str(error))
+    except ConfigError as error:
+        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
     if out.exists() and any(out.iterdir()) and not overwrite:
         parser.error(f"--out {out} is not empty; choose another folder or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)

@@ -139,11 +139,10 @@ def stale_fixtures() -> list[str]:
 
 def fingerprint_file() -> str:
     """The copy detector's reference fingerprints, salted and hashed (no code of the reference)."""
-    from autograder.trusted.reference import reference_fingerprints, salted
+    from autograder.trusted.reference import reference_prints
 
     salt = os.urandom(16).hex()
-    prints = {name: salted(value, salt) for name, value in reference_fingerprints().items()}
-    return json.dumps({"salt": salt, "functions": prints}, indent=1) + "\n"
+    return json.dumps({"salt": salt, "functions": reference_prints(salt)}, indent=1) + "\n"
 
 
 def pyproject(revealed: tuple[str, ...]) -> str:
@@ -234,6 +233,11 @@ This is a PRACTICE grade, and it says so: it judges your functions on the cases 
 autograder (no fresh inputs), and skips, saying why, the few checks that need the reference. Your
 official grade is computed by your instructor (for example on Gradescope), on fresh inputs checked
 against the reference: code that only knows the stored cases earns nothing there.
+The check cells in each notebook are practice too: they run in your own kernel, where nothing is
+isolated, so their totals (and nbgrader's, where your instructor uses it) match the official
+grade for honest work only. The official grade is the one that counts; it also gives 0 to a
+function that copies the reference (renamed, padded or reordered) or builds code at run time
+(`exec`, `eval`, `compile`, decoding).
 Submit your notebooks the way your instructor asks.
 
 ## When your instructor reveals a stage

@@ -6,12 +6,14 @@ Two rules, for two uses:
   train with the learner's implementation of
   every stage: their `grpo_train_step`, which calls their own tokenizer, scorer, advantages,
   losses and aggregation. A graded function still holding the release's stub (`raise
-  NotImplementedError()`) is "not written": its stage falls back to the reference when the
-  reference is available (the full package, or a stage the instructor revealed), and says so;
-  otherwise loading stops with the notebook to finish.
+  NotImplementedError()`) is "not written", and one in a cell that does not parse says so, with
+  the line: its stage falls back to the reference when the reference is available (the full
+  package, or a stage the instructor revealed), and says why; otherwise loading stops with the
+  notebook to finish.
 - `earlier_stages` (the reference first): a notebook uses the stages before its own, the reference
   where it is available, so that being stuck on stage 2 does not block stage 4; where the
-  instructor has not revealed it (a student edition), the learner's own, from their notebook.
+  instructor has not revealed it (a student edition), the learner's own, from their notebook. A
+  stage that is neither is left out (`missing`) and the others are still bound.
 
 The notebooks are read the way the autograder reads them (`autograder.trusted.submission`): only
 imports, definitions and UPPER_CASE constants are kept, so a training loop or a plot in a notebook
@@ -31,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_NAMED, STAGE_OF
+from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGE_NAMED, STAGE_OF
 
 
 class StageNotWritten(RuntimeError):
@@ -48,6 +50,7 @@ class Implementations:
     functions: dict[str, Callable]  # graded function name -> what runs
     origins: dict[str, str]  # graded function name -> "yours (NN_….ipynb)" or "reference (…)"
     problems: tuple[str, ...] = ()  # notebook statements that failed to run (their names stay unset)
+    missing: tuple[str, ...] = ()  # neither written nor revealed (earlier_stages only): not bound
 
     def __getitem__(self, name: str) -> Callable:
         return self.functions[name]
@@ -119,6 +122,8 @@ def stand_in_for_stubs(functions: dict[str, Callable], namespaces: list[dict] = 
     reference that is here is left alone, so an official grade of stage 6 runs on the reference of
     stage 3, never on the learner's. Returns the names replaced somewhere.
     """
+    for module in STAGE_MODULES:  # `import course` loads them lazily: a stub not loaded yet is one too
+        importlib.import_module(module)
     modules = [vars(m) for n, m in list(sys.modules.items())
                if m is not None and (n == "course" or n.startswith("course."))]
     replaced = []
@@ -130,11 +135,23 @@ def stand_in_for_stubs(functions: dict[str, Callable], namespaces: list[dict] = 
     return sorted(set(replaced))
 
 
-def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_FUNCTIONS) -> Implementations:
+def why_not_yours(name: str, problems: list[str]) -> str:
+    """Why the learner's `name` is not there: a cell of its notebook that does not parse (the
+    reader drops such a cell whole), else not written."""
+    notebook = STAGE_NAMED[STAGE_OF[name]].notebook
+    unparsed = [p for p in problems if p.startswith(f"{notebook}, ") and "SyntaxError" in p]
+    if unparsed:
+        where, _, why = unparsed[0].partition(": ")
+        return f"not found: {where.replace(', ', ' ', 1)} does not parse: {why.partition(';')[0]}"
+    return f"not written in {notebook}"
+
+
+def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_FUNCTIONS,
+                         strict: bool = True) -> Implementations:
     """The learner's implementation of each of `names` (default: every graded function), from the
-    notebooks in `notebooks`,
-    with the reference where a function is not written (and available). Raises StageNotWritten
-    naming the notebook to finish when neither exists, and FileNotFoundError for a missing folder."""
+    notebooks in `notebooks`, with the reference where a function is not written (and available).
+    Where neither exists: raises StageNotWritten naming the notebook to finish, or with
+    `strict=False` leaves the function out (`missing`). FileNotFoundError for a missing folder."""
     from autograder.trusted.submission import load_submission  # the autograder's safe reader
 
     folder = Path(notebooks)
@@ -143,7 +160,7 @@ def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_
     submission = load_submission(folder.resolve(), folder.resolve())
     problems = list(submission.problems)
     namespaces = [_execute(unit, problems) for unit in submission.units]
-    functions, origins = {}, {}
+    functions, origins, missing = {}, {}, []
     for name in names:
         index = submission.providers.get(name)
         source = last_definition(submission.units, submission.providers, name)
@@ -153,18 +170,23 @@ def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_
             continue
         reference = _reference(name)
         stage = STAGE_NAMED[STAGE_OF[name]]
+        why = why_not_yours(name, problems)
         if reference is None:
-            raise StageNotWritten(
-                f"{name} is not written yet and stage {stage.key} is not revealed: finish "
-                f"{stage.notebook} (or ask your instructor to reveal stage {stage.key})")
+            message = (f"{name}: {why}, and stage {stage.key} is not revealed: finish "
+                       f"{stage.notebook} (or ask your instructor to reveal stage {stage.key})")
+            if strict:
+                raise StageNotWritten(message)
+            missing.append(name)
+            origins[name] = f"MISSING ({message})"
+            continue
         functions[name] = reference
-        origins[name] = f"reference (course.{name}: not written in {stage.notebook})"
+        origins[name] = f"reference (course.{name}: {why})"
     for namespace in namespaces:  # later stages call the learner's earlier ones
-        for name in names:
+        for name in functions:
             if name in namespace:
                 namespace[name] = functions[name]
     stand_in_for_stubs(functions)  # and so does the support code (rollouts, the train loop)
-    return Implementations(functions, origins, tuple(problems))
+    return Implementations(functions, origins, tuple(problems), tuple(missing))
 
 
 def reference_implementations() -> Implementations:
@@ -175,8 +197,9 @@ def reference_implementations() -> Implementations:
 
 def earlier_stages(stage: str, notebooks: str | Path = ".") -> Implementations:
     """The graded functions of the stages before `stage` (a REGISTRY key such as "6_train_step"):
-    each one's reference where it is available, else the learner's own from `notebooks`. Raises
-    StageNotWritten naming the notebook when a needed stage is neither revealed nor written."""
+    each one's reference where it is available, else the learner's own from `notebooks`. A stage
+    neither revealed nor written is left out and listed in `missing` (its table line names the
+    notebook to finish): the stages that exist are still there to bind."""
     keys = list(STAGE_NAMED)
     if stage not in STAGE_NAMED:
         raise ValueError(f"stage must be one of {keys}, got {stage!r}")
@@ -184,7 +207,8 @@ def earlier_stages(stage: str, notebooks: str | Path = ".") -> Implementations:
     references = {name: _reference(name) for name in names}
     if all(references.values()):
         return Implementations(references, {n: f"reference (course.{n})" for n in names})
-    learner = load_implementations(notebooks, tuple(n for n in names if references[n] is None))
-    functions = {n: references[n] or learner.functions[n] for n in names}
+    learner = load_implementations(notebooks, tuple(n for n in names if references[n] is None),
+                                   strict=False)
+    functions = {n: references[n] or learner.functions[n] for n in names if n not in learner.missing}
     origins = {n: f"reference (course.{n})" if references[n] else learner.origins[n] for n in names}
-    return Implementations(functions, origins, learner.problems)
+    return Implementations(functions, origins, learner.problems, learner.missing)

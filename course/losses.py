@@ -10,11 +10,14 @@ With r_t = π(o_t)/π_old(o_t) = exp(log π − sg(log π_old)) and a sequence a
                                                       geometric-mean ratio per sequence, broadcast over T
   cispo   −sg(min(r, 1+ε)) · A · log π                CISPO (MiniMax-M1, arXiv 2506.13585): the weight is
                                                       capped but, being detached, never drops a token
-`compute_grpo_loss` is open-instruct's form (open_instruct/grpo_utils.py): DAPO's decoupled bounds
+`compute_grpo_loss` follows open-instruct's (open_instruct/grpo_utils.py; there the TIS weights are
+applied before the max, here to pg_loss_max): DAPO's decoupled bounds
 clip(r, 1−ε_low, 1+ε_high) (Yu et al. 2025, arXiv 2503.14476) or CISPO, plus a KL estimate
 (Schulman 2020, "Approximating KL divergence") and optional truncated-importance-sampling weights
 (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training").
 Shapes: B sequences × T positions; advantages are (B,) or (B, 1) per sequence.
+Every input is masked BEFORE any nonlinearity (exp, log, clamp): a masked inf or nan selected away
+only afterwards leaves the value finite but makes the gradient nan (0·∞ in backward).
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
-PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
+from course.variants import KL_ESTIMATORS, PG_METHODS  # noqa: F401  (this stage's names, torch-free there)
+
 # Metadata that are plain counts (summed over micro-batches and ranks); the other keys are means.
 PG_COUNT_KEYS = ("clip_count", "clip_total", "importance_ratio_count")
 GRPO_LOSS_FNS = ("dapo", "cispo")
-KL_ESTIMATORS = (0, 1, 2, 3)  # k1, k2, k3, ratio·k1: see `estimate_kl`
 
 
 def compute_policy_gradient_loss(
@@ -88,6 +91,9 @@ def compute_policy_gradient_loss(
         else response_mask.bool()
     )  # (B, T)
     n_tokens = mask.sum()
+    # Mask the inputs before any nonlinearity: selecting the loss afterwards keeps a
+    # masked inf or nan out of the value, but backward through exp of it is 0·∞ = nan.
+    log_probs = torch.where(mask, log_probs, 0)  # (B, T)
 
     def mean_over(values, where, count):  # a metric: detached
         return torch.where(where, values.detach(), 0).sum() / count.clamp_min(1)
@@ -103,13 +109,13 @@ def compute_policy_gradient_loss(
         )
     if method != "noclip" and (cliprange is None or cliprange <= 0):
         raise ValueError(f"{method} needs a positive cliprange, got {cliprange!r}")
-    log_ratio = log_probs - old_log_probs.detach().to(log_probs.dtype)  # (B, T)
+    old = torch.where(mask, old_log_probs.detach().to(log_probs.dtype), 0)  # (B, T)
+    log_ratio = log_probs - old  # (B, T); 0 (r = 1) off the mask
 
     if method == "gspo":
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
         ratio = torch.exp(
-            torch.where(mask, log_ratio, 0).sum(dim=1, keepdim=True)
-            / lengths.clamp_min(1)
+            log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1)
         )  # (B, 1)
         counted = lengths > 0  # non-empty sequences
     else:
@@ -214,12 +220,15 @@ def estimate_kl(
     ref_logprobs: torch.Tensor,
     estimator: int,
     ratio: torch.Tensor | None = None,
+    response_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from samples of pi, all (B, T).
 
     Schulman 2020, "Approximating KL Divergence". delta = log pi - log pi_ref;
     0: k1 = delta;  1: k2 = delta^2 / 2;  2: k3 = exp(-delta) - 1 + delta;
     3: ratio * delta (k1 importance-weighted for samples from pi_old).
+    response_mask (B, T), optional: delta (and ratio) are 0 off the mask before any
+    nonlinearity, so an inf or nan there reaches neither the value nor the gradient.
     """
     if isinstance(estimator, bool) or estimator not in (0, 1, 2, 3):
         raise ValueError(f"estimator must be 0, 1, 2 or 3, got {estimator!r}")
@@ -230,7 +239,15 @@ def estimate_kl(
         )
     if new_logprobs.dtype in (torch.float16, torch.bfloat16):
         new_logprobs, ref_logprobs = new_logprobs.float(), ref_logprobs.float()
-    delta = (new_logprobs - ref_logprobs).clamp(-40.0, 40.0)  # (B, T)
+    delta = new_logprobs - ref_logprobs  # (B, T)
+    if response_mask is not None:
+        if response_mask.shape != delta.shape:
+            raise ValueError(f"response_mask {tuple(response_mask.shape)} must match "
+                             f"new_logprobs {tuple(delta.shape)}")
+        delta = torch.where(response_mask.bool(), delta, 0)
+        if ratio is not None and ratio.shape == delta.shape:
+            ratio = torch.where(response_mask.bool(), ratio, 0)
+    delta = delta.clamp(-40.0, 40.0)
     if estimator == 0:
         return delta
     if estimator == 1:
@@ -260,7 +277,9 @@ def compute_grpo_loss(
            (DAPO, arXiv 2503.14476)
     cispo: all three = -A sg(min(r, 1 + clip_higher)) log pi  (CISPO, arXiv 2506.13585)
     tis_weights (B, T) multiply pg_loss_max, never kl; kl = estimate_kl(...), or zeros
-    without ref_logprobs.
+    without ref_logprobs. There is no mask: the caller selects new_logprobs and
+    old_logprobs with its mask BEFORE computing ratio = exp(new − old), since backward
+    through exp of an inf or nan at a masked position is nan whatever is selected later.
     """
     if config.loss_fn not in ("dapo", "cispo"):
         raise ValueError(
@@ -332,7 +351,8 @@ def truncated_importance_weights(
         log_weights = old_log_probs - sampler_log_probs
         if log_weights.dtype in (torch.float16, torch.bfloat16):
             log_weights = log_weights.float()
-        weights = torch.exp(torch.clamp(log_weights, max=math.log(cap)))  # (B, T)
-        if response_mask is not None:
-            weights = torch.where(response_mask.bool(), weights, 0)
+        if response_mask is not None:  # masked before exp: an inf or nan stays out
+            log_weights = torch.where(response_mask.bool(), log_weights, -math.inf)
+        # (B, T), 0 off the mask
+        weights = torch.exp(torch.clamp(log_weights, max=math.log(cap)))
     return weights

@@ -15,7 +15,6 @@ up to date after the checks change; `python -m course.mistakes --check` only rep
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 import nbformat
 
 from course import GRADED_FUNCTIONS, STAGES
+from course.cli import Parser
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHECKS_DIR = REPO_ROOT / "autograder" / "trusted" / "checks"
@@ -207,7 +207,7 @@ def write_sections(solutions_dir: Path, checks_dir: Path = CHECKS_DIR) -> list[P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course.mistakes", description=__doc__.splitlines()[0])
     parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
     parser.add_argument("--check", action="store_true", help="only report stale cells; write nothing")
     args = parser.parse_args(argv)

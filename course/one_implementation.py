@@ -16,7 +16,6 @@ any difference in code, docstrings or comments (layout is free) and on a stale g
 
 from __future__ import annotations
 
-import argparse
 import ast
 import inspect
 import io
@@ -28,6 +27,7 @@ from pathlib import Path
 import nbformat
 
 import course
+from course.cli import Parser
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -274,7 +274,7 @@ def write_solution_cells(names: list[str], solutions: Path = SOLUTIONS) -> list[
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course.one_implementation", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.one_implementation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite the differing solution cells from course")
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="only these graded functions (default: every one that differs)")

@@ -15,14 +15,14 @@ of sampling, not digit for digit.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from course.cli import Parser
 from course.implementations import missing_references
-from course.train import TrainConfig, train
+from course.train_config import TrainConfig
 
 RECORDED = Path(__file__).parent / "checkpoints" / "reference_run.json"
 NOTEBOOK_RUN = TrainConfig(steps=60, eval_every=20, eval_problems=200, eval_samples=2, seed=0)
@@ -38,6 +38,8 @@ def compared_fields(config: TrainConfig) -> dict:
 def record(path: Path = RECORDED, progress: bool = True) -> dict:
     """Train `NOTEBOOK_RUN` on CPU with the reference of every stage and write its records and
     summary to `path`. Raises RuntimeError where some stage's reference is not here."""
+    from course.train import train  # torch: after the command line is checked
+
     missing = missing_references()
     if missing:
         raise RuntimeError(f"the reference of {', '.join(missing)} is not here (a student "
@@ -54,14 +56,19 @@ def record(path: Path = RECORDED, progress: bool = True) -> dict:
     return recorded
 
 
+def recorded_config(recorded: dict) -> dict:
+    """The compared fields of a recorded run: a field added to TrainConfig after the recording
+    ran at its default there."""
+    return {**compared_fields(TrainConfig()), **recorded["config"]}
+
+
 def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[dict, list[dict]]:
     """(summary, records) of the recorded reference run, as `course.train.train` returns and
     writes them. Raises ValueError naming the fields where `config` is not the recorded run's
     (its device, checkpoint folder and threads aside)."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
-    wanted = compared_fields(config)
-    differ = [f"{key}={wanted[key]!r} (recorded: {recorded['config'].get(key)!r})"
-              for key in wanted if recorded["config"].get(key) != wanted[key]]
+    wanted, was = compared_fields(config), recorded_config(recorded)
+    differ = [f"{key}={wanted[key]!r} (recorded: {was[key]!r})" for key in wanted if was[key] != wanted[key]]
     if differ:
         raise ValueError(f"the recorded reference run is another run: {', '.join(differ)}")
     summary = {**recorded["summary"], "machine": recorded["machine"]}
@@ -69,8 +76,7 @@ def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.reference_run",
-                                     description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.reference_run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RECORDED,
                         help=f"where to write the recorded run (default: {RECORDED})")
     args = parser.parse_args(argv)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import nbformat
 
+from course.cli import Parser
 from course.manifest import EditedNotebooks, write_notebooks
 from course.mistakes import stale_notebooks, write_sections
 from course.registry import POINTS, STAGES
@@ -65,6 +66,9 @@ def nbgrader_environment(config_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["JUPYTER_CONFIG_DIR"] = str(config_dir)  # an empty folder: ignore ~/.jupyter
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    # nbgrader runs its database migrations with the `alembic` command found on PATH: the one
+    # beside this interpreter, even when its virtualenv is not activated
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
     return env
 
 
@@ -191,7 +195,7 @@ def _student_edition(parser: argparse.ArgumentParser, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course.release", description=__doc__.splitlines()[0])
     parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions")
     parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks")
     parser.add_argument("--check", action="store_true", help="only report drift; write nothing")

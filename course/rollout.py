@@ -12,12 +12,18 @@ each other. Three details decide whether the numbers downstream are right:
   (run seed, step, prompt index, sample index). A response therefore does not depend on which
   other rows shared its batch: generation batch size, padding and data-parallel sharding change
   nothing, which is what lets `torchrun` reproduce a single-process run.
-* Old log-probs. The sampler's log-probs come from the raw logits of `generate` (τ = 1) and are
-  placed on the tokenization the train step uses (`tokenize_rollouts`), position for position; the
-  trainer's come from re-scoring that batch (`score_tokens`). In float32 the two agree to ~1e-6, so
-  the sampler's serve as old log-probs; in bf16 they differ, which is what `course.compare_logprobs`
-  and truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
-  you off-policy RL training") are about.
+* Old log-probs, at the sampling temperature. A row sampled at τ was drawn from softmax(z/τ), so
+  every log-prob of it, the sampler's, π_old's, π_θ's and the reference's, is a log-prob of
+  softmax(z/τ): the logits are divided by τ before scoring, as open-instruct
+  (open_instruct/grpo_fast.py) and TRL (trl/trainer/grpo_trainer.py) do before their log-softmax.
+  Scored at τ = 1 instead, the ratio π/π_old and the TIS
+  weights would be those of another distribution. The sampler's log-probs come from the raw logits
+  of `generate` divided by τ and are placed on the tokenization the train step uses
+  (`tokenize_rollouts`), position for position; the trainer's come from re-scoring that batch
+  (`score_tokens`, at the same τ). In float32 the two agree to ~1e-6, so the sampler's serve as old
+  log-probs; in bf16 they differ, which is what `course.compare_logprobs` and truncated importance
+  sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+  training") are about.
 
 A response string is the decoded sample including a final "<eos>" when the model stopped, so
 re-tokenizing it reproduces exactly the sampled tokens and the train step learns when to stop.
@@ -26,13 +32,14 @@ re-tokenizing it reproduces exactly the sampled tokens and the train step learns
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from course.scoring import get_response_log_probs
-from course.tasks import Problem, format_prompt, r1_zero_reward_fn
+from course.tasks import ADDITION, Task, TaskProblem
 from course.tokenization import tokenize_prompt_and_output
 
 
@@ -70,7 +77,7 @@ class Generation:
 
     responses: list[str]                    # decoded, with a final "<eos>" when the model stopped
     response_ids: list[list[int]]           # the sampled token ids, <eos> included
-    sampler_log_probs: list[torch.Tensor]   # per row (len(response_ids[i]),), float32, τ = 1
+    sampler_log_probs: list[torch.Tensor]   # per row (len(response_ids[i]),), float32, of softmax(z/τ)
 
 
 @torch.no_grad()
@@ -86,8 +93,11 @@ def generate(
     """Complete each prompt once: sampled with per-row `seeds`, or greedy when `seeds` is None.
 
     Prompts are tokenized without special tokens (as `tokenize_prompt_and_output` does), padded
-    on the left, and generation stops at <eos> or after `max_new_tokens`.
+    on the left, and generation stops at <eos> or after `max_new_tokens`. The sampler's log-probs
+    are those of softmax(logits / `temperature`), the distribution sampled from.
     """
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
     responses, response_ids, log_probs = [], [], []
@@ -125,7 +135,9 @@ def _generate_batch(model, tokenizer, prompts, seeds, max_new_tokens, temperatur
     )
     new_tokens = output.sequences[:, batch["input_ids"].shape[1]:].cpu()            # (B, N)
     raw_logits = torch.stack(output.logits, dim=1).float().cpu()                    # (B, N, V)
-    token_log_probs = raw_logits.log_softmax(-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+    # log softmax(z/τ): the distribution the Gumbel-max sampler drew from
+    token_log_probs = (raw_logits / temperature).log_softmax(-1)                     # (B, N, V)
+    token_log_probs = token_log_probs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)  # (B, N)
     responses, response_ids, log_probs = [], [], []
     for row, row_log_probs in zip(new_tokens.tolist(), token_log_probs):
         # Keep tokens up to and including the first <eos>; what follows is generate's padding.
@@ -144,6 +156,7 @@ class RolloutBatch:
     responses: list[str]
     repeated_ground_truths: list[str]
     sampler_log_probs: list[torch.Tensor]
+    response_ids: list[list[int]] | None = None   # the sampled ids, <eos> included
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -152,13 +165,14 @@ class RolloutBatch:
 def sample_groups(
     model,
     tokenizer,
-    problems: list[Problem],
+    problems: list[TaskProblem],
     group_size: int,
     seed: int,
     step: int,
     first_index: int = 0,
     max_new_tokens: int = 16,
     temperature: float = 1.0,
+    task: Task = ADDITION,
 ) -> RolloutBatch:
     """`group_size` samples for each problem; problem k is number `first_index + k` of this step.
 
@@ -166,50 +180,65 @@ def sample_groups(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1, got {group_size}")
-    prompts = [format_prompt(p) for p in problems for _ in range(group_size)]
+    prompts = [task.prompt(p) for p in problems for _ in range(group_size)]
     seeds = [row_seed(seed, step, first_index + k, j)
              for k in range(len(problems)) for j in range(group_size)]
     generation = generate(model, tokenizer, prompts, seeds, max_new_tokens, temperature)
     truths = [p.answer for p in problems for _ in range(group_size)]
-    return RolloutBatch(prompts, generation.responses, truths, generation.sampler_log_probs)
+    return RolloutBatch(prompts, generation.responses, truths, generation.sampler_log_probs,
+                        generation.response_ids)
 
 
-def tokenize_rollouts(tokenizer, rollouts: RolloutBatch) -> dict[str, torch.Tensor]:
+def tokenize_rollouts(tokenizer, rollouts: RolloutBatch, retokenized: str = "raise") -> dict[str, torch.Tensor]:
     """The train step's tokenization of the rollouts, with the sampler's log-probs placed on it.
 
     Returns `input_ids`, `labels`, `response_mask` as `tokenize_prompt_and_output` makes them and
     `sampler_log_probs` (B, T): each row's sampled-token log-probs at its response positions, 0
-    elsewhere.
+    elsewhere. A BPE tokenizer can encode a decoded sample differently from how it was sampled
+    (two tokens the sampler chose that one merge covers); such a row's sampler log-probs belong to
+    other tokens. `retokenized="raise"` raises on one; `"nan"` gives that row NaN sampler log-probs
+    (the trainer then re-scores it: `course.train`).
     """
     tokens = tokenize_prompt_and_output(rollouts.repeated_prompts, rollouts.responses, tokenizer)
     mask = tokens["response_mask"].bool()                                       # (B, T)
-    lengths = mask.sum(dim=1).tolist()
     sampled = [len(x) for x in rollouts.sampler_log_probs]
-    if lengths != sampled:
-        raise ValueError(f"response lengths after tokenization {lengths} differ from sampled {sampled}")
+    same = _sampled_tokens_kept(tokens, mask, rollouts, sampled)
+    if retokenized == "raise" and not all(same):
+        raise ValueError(f"response lengths after tokenization {mask.sum(dim=1).tolist()} differ from "
+                         f"sampled {sampled}")
     sampler = torch.zeros(mask.shape, dtype=torch.float32)
-    # The mask is 1 on each row's response positions in order, so row-major filling aligns them.
-    if mask.any():
-        sampler[mask] = torch.cat(rollouts.sampler_log_probs)
+    for row, (keep, log_probs) in enumerate(zip(same, rollouts.sampler_log_probs)):
+        sampler[row, mask[row]] = log_probs if keep else torch.nan
     return {**tokens, "sampler_log_probs": sampler}
 
 
+def _sampled_tokens_kept(tokens: dict, mask: torch.Tensor, rollouts: RolloutBatch, sampled: list[int]) -> list[bool]:
+    """Per row: whether the tokenized response is the sampled one (its ids, where they are known)."""
+    lengths = mask.sum(dim=1).tolist()
+    if rollouts.response_ids is None:
+        return [a == b for a, b in zip(lengths, sampled)]
+    return [tokens["labels"][row, mask[row]].tolist() == ids for row, ids in enumerate(rollouts.response_ids)]
+
+
 @torch.no_grad()
-def score_tokens(model, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
-    """log π(labels) (B, T), float32 on the CPU, for a batch from `tokenize_rollouts`."""
+def score_tokens(model, tokens: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(z/τ)(labels) (B, T), float32 on the CPU, for a batch from `tokenize_rollouts`
+    sampled at τ = `temperature`."""
     device = next(model.parameters()).device
-    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device), tokens["labels"].to(device))
+    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device), tokens["labels"].to(device),
+                                       temperature=temperature)
     return log_probs["log_probs"].float().cpu()
 
 
 def evaluate(
     model,
     tokenizer,
-    problems: list[Problem],
+    problems: list[TaskProblem],
     seed: int | None,
     samples_per_problem: int = 1,
     max_new_tokens: int = 16,
     batch_size: int = 256,
+    task: Task = ADDITION,
 ) -> dict[str, float]:
     """Mean `reward`, `format_reward`, `answer_reward` over `problems`.
 
@@ -217,7 +246,7 @@ def evaluate(
     temperature 1, seeded per (seed, problem, sample) so two policies see the same noise.
     """
     repeats = 1 if seed is None else samples_per_problem
-    prompts = [format_prompt(p) for p in problems for _ in range(repeats)]
+    prompts = [task.prompt(p) for p in problems for _ in range(repeats)]
     seeds = None if seed is None else [row_seed(seed, "eval", k, j)
                                        for k in range(len(problems)) for j in range(repeats)]
     was_training = model.training
@@ -227,6 +256,6 @@ def evaluate(
     finally:
         model.train(was_training)
     truths = [p.answer for p in problems for _ in range(repeats)]
-    scores = [r1_zero_reward_fn(r, t) for r, t in zip(generation.responses, truths)]
+    scores = [task.reward_fn(r, t) for r, t in zip(generation.responses, truths)]
     return {key: sum(s[key] for s in scores) / max(len(scores), 1)
             for key in ("reward", "format_reward", "answer_reward")}

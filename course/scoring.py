@@ -3,6 +3,8 @@
 For logits z ∈ R^V at one position and label y:
   log π(y) = z_y − logsumexp(z)                      (gather, then normalize: no log-softmax)
   H(π)     = logsumexp(z) − Σ_v softmax(z)_v · z_v   (the stable form of −Σ p log p)
+At sampling temperature τ the distribution is softmax(z/τ), so z is divided by τ before both
+(the log-probs of the distribution that was sampled; open-instruct and TRL score the same way).
 Half-precision logits are upcast to float32 first: bf16 has 8 mantissa bits, so a log-ratio near
 GSPO's clip range (1 ± 3e-4) would round to 0. float32/float64 logits keep their dtype.
 
@@ -46,6 +48,7 @@ def get_response_log_probs(
     labels: torch.Tensor,
     return_token_entropy: bool = False,
     logits_chunk_size: int | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, torch.Tensor]:
     """Per-token log π(labels | input_ids) of a causal LM, optionally chunking its head.
 
@@ -56,6 +59,7 @@ def get_response_log_probs(
         return_token_entropy: also return per-position entropy (computed without grad).
         logits_chunk_size: positions per output-head call; 0 = plain forward; None reads
             `model.config.grpo_logits_chunk_size` (default 0).
+        temperature: τ > 0; the log-probs and entropy are those of softmax(logits / τ).
 
     Returns:
         dict with `log_probs` (B, T) and, if asked, `token_entropy` (B, T); float32 for
@@ -71,14 +75,20 @@ def get_response_log_probs(
         chunk = getattr(getattr(model, "config", None), "grpo_logits_chunk_size", 0)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
         raise ValueError(f"logits_chunk_size must be an int >= 0 or None: {chunk!r}")
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not 0 < temperature < float("inf")):
+        raise ValueError(f"temperature must be a positive finite number: "
+                         f"{temperature!r}")
     if chunk > 0:  # the output head tile by tile, never the whole (B, T, V) logits
         log_probs, entropy = chunked_head_log_probs(
-            model, input_ids, labels, chunk, return_token_entropy
+            model, input_ids, labels, chunk, return_token_entropy, temperature
         )
     else:
         logits = model(input_ids).logits  # (B, T, V)
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # in bf16 a ratio of 1 + 3e-4 would round to 1
+        if temperature != 1:
+            logits = logits / temperature  # (B, T, V): the distribution sampled at τ
         # gather, then normalize: one number per position, no (B, T, V) log-softmax
         label_logits = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (B, T)
         log_probs = label_logits - torch.logsumexp(logits, dim=-1)  # (B, T)

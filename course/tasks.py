@@ -1,4 +1,11 @@
-"""The synthetic task: two-number addition with a verifiable answer, and its r1-zero reward.
+"""Tasks: the interface a GRPO run trains on, and the synthetic addition task, its first instance.
+
+A task (`Task`) gives problems with a `question` and a verifiable `answer`, the prompt the policy
+completes, and a reward function `reward_fn(response, ground_truth) -> {"reward", "format_reward",
+"answer_reward"}` (the contract of `compute_rollout_rewards`). `ADDITION` is the task below;
+`course.gsm8k.GSM8KTask` is grade-school math from a local JSONL file.
+
+The synthetic task: two-number addition with a verifiable answer, and its r1-zero reward.
 
 A problem is `a+b` with two-digit operands, 10 <= a, b <= 99; the answer is the sum written with its digits reversed
 (least significant first), so that a left-to-right model produces each digit after the digits
@@ -25,7 +32,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 MIN_OPERAND, MAX_OPERAND = 10, 99
 PROMPT_TEMPLATE = "User: {question}\nAssistant: <think>"
@@ -99,3 +108,44 @@ def r1_zero_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
         return {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0}
     correct = float(match.group("answer").strip() == ground_truth.strip())
     return {"reward": correct, "format_reward": 1.0, "answer_reward": correct}
+
+
+class TaskProblem(Protocol):
+    """What every task's problems have: the question text and the ground truth the reward checks."""
+
+    @property
+    def question(self) -> str: ...
+
+    @property
+    def answer(self) -> str: ...
+
+
+class Task(Protocol):
+    """A task GRPO trains on: problems of a split, the prompt of each, and the reward."""
+
+    name: str
+    reward_fn: Callable[[str, str], dict[str, float]]
+
+    def problems(self, split: str) -> Sequence[TaskProblem]:
+        """Every problem of `split` ("train" or "test"), in a fixed order."""
+        ...
+
+    def prompt(self, problem: TaskProblem) -> str:
+        """The text the policy completes (no special tokens are added when it is tokenized)."""
+        ...
+
+
+class AdditionTask:
+    """The synthetic addition task above, behind the `Task` interface."""
+
+    name = "addition"
+    reward_fn = staticmethod(r1_zero_reward_fn)
+
+    def problems(self, split: str) -> list[Problem]:
+        return [Problem(a, b) for a, b in _split_pairs(split)]
+
+    def prompt(self, problem: Problem) -> str:
+        return format_prompt(problem)
+
+
+ADDITION = AdditionTask()

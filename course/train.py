@@ -25,210 +25,112 @@ Measured with the defaults on a 2-core CPU (seeds 0, 1, 2; `benchmarks/README.md
 answer accuracy on 500 problems, sampled at temperature 1, rose from 23% to a median of 73% (greedy:
 46% to 92%); a run takes about 250 s of CPU on one thread, about 4 minutes on an idle machine.
 `python -m course.compare` runs the loss variants side by side.
+
+A real model: `--model DIR` loads any Hugging Face causal LM (`course.models.load_pretrained`;
+a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
+problems (`course.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.filters`),
+`--overlong filter|soft`, `--is-level`/`--is-mode` (`course.importance`), `--entropy-coef`
+(`course.entropy_bonus`); `docs/real_models.md`.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
+if __name__ == "__main__":  # the command line checks its flags before torch loads (course.cli)
+    from course.train_config import main
+
+    raise SystemExit(main())
+
 import copy
-import inspect
+import functools
 import json
-import math
 import os
 import platform
 import random
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
-from course.advantages import BASELINES, NORMALIZERS
-from course.aggregation import LOSS_NORMALIZATIONS
 from course.distributed import rank_and_world_size
-from course.implementations import (
-    Implementations,
-    StageNotWritten,
-    load_implementations,
-    missing_references,
-    stand_in_for_stubs,
+from course.entropy_bonus import train_step_with_entropy_bonus
+from course.filters import (
+    informative_groups,
+    keep_groups,
+    regroup_over_ranks,
+    truncated_rows,
+    with_soft_overlong_penalty,
 )
-from course.losses import KL_ESTIMATORS, PG_METHODS, estimate_kl, truncated_importance_weights
+from course.gsm8k import GSM8KTask, load_gsm8k_jsonl, load_hub_gsm8k
+from course.implementations import Implementations
+from course.importance import as_sampler_log_probs, importance_weights
+from course.losses import estimate_kl
 from course.metrics import compare_logprobs
-from course.models import load_model_and_tokenizer
+from course.models import (
+    add_lora,
+    enable_gradient_checkpointing,
+    load_model_and_tokenizer,
+    load_pretrained,
+)
 from course.plotting import plot_training_curves
-from course.registry import STAGE_NAMED, STAGE_OF
+from course.progress import progress_bar
 from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts
-from course.tasks import make_problems, r1_zero_reward_fn
+from course.tasks import ADDITION, Task
+from course.train_config import (  # re-exported: `from course.train import TrainConfig, train`
+    LOSSES,
+    NORMALIZATIONS,
+    WARM_START,
+    ConfigError,
+    TrainConfig,
+    edition_notebooks,
+    main,
+    temperature_problem,
+    validate,
+)
 from course.train_step import grpo_train_step
 
-WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a student edition's folder holds edition.json
-LOSSES = PG_METHODS
-NORMALIZATIONS = LOSS_NORMALIZATIONS
-CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
-           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS}
-# The lowest value of each numeric option, and whether that value itself is allowed.
-LOWER_BOUNDS = {
-    "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
-    "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
-    "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
-    "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
-    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
-    "threads": (0, True),
-}
+__all__ = ["LOSSES", "NORMALIZATIONS", "WARM_START", "TrainConfig", "edition_notebooks", "main",
+           "train", "validate"]
+
 # The held-out problems and their sampling noise are fixed, so every run is measured on the same test.
 EVAL_SEED = 1
 REWARD_KEYS = ("reward_mean", "format_reward_mean", "answer_reward_mean")
 
 
-@dataclass
-class TrainConfig:
-    """Everything one GRPO run depends on; `python -m course.train --help` lists it."""
-
-    checkpoint: str = str(WARM_START)
-    """Folder with the starting policy and tokenizer (`save_model_and_tokenizer` format)."""
-    steps: int = 500
-    """Rollout batches (each followed by `updates_per_rollout` optimizer steps)."""
-    prompts_per_step: int = 8
-    """Problems per rollout batch, over all ranks; must divide evenly among them."""
-    group_size: int = 8
-    """G: responses sampled per problem; advantages compare a response with its group."""
-    lr: float = 1e-4
-    """AdamW learning rate, constant; ten times below the warm start's 1e-3. At 2e-4 (8 x 8 rollouts
-    per step) greedy accuracy fell from 0.93 to 0.69: the policy collapsed onto wrong answers."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    loss: str = "grpo"
-    """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo, cispo."""
-    cliprange: float = 0.2
-    """ε of the clipped losses (grpo, gspo, cispo)."""
-    normalization: str = "sequence"
-    """Loss normalization: sequence (GRPO), token (DAPO), constant (Dr. GRPO)."""
-    normalization_constant: float = 0.0
-    """C for constant normalization; 0 means rollouts per step × max_new_tokens."""
-    baseline: str = "mean"
-    """Advantage baseline: mean (GRPO) or none (rejection-sampling fine-tuning)."""
-    advantage_normalizer: str = "std"
-    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
-    updates_per_rollout: int = 1
-    """Optimizer steps per rollout batch; above 1 the policy moves off the sampler and clipping acts."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches per optimizer step on each rank; the update does not depend on it."""
-    max_grad_norm: float = 1.0
-    """Clip the global gradient norm to this (0 disables clipping)."""
-    max_new_tokens: int = 16
-    """Longest response; a complete answer takes 7 or 8 tokens."""
-    temperature: float = 1.0
-    """Sampling temperature of the rollouts."""
-    sampler_dtype: str = "float32"
-    """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
-    tis_cap: float = 2.0
-    """Cap of the truncated importance weights min(π_old/π_sampler, cap) that correct the loss for a
-    bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
-    kl_beta: float = 0.0
-    """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
-    kl_estimator: int = 2
-    """Estimator of the KL penalty: 0 (k1 = δ), 1 (k2 = δ²/2), 2 (k3 = exp(−δ) − 1 + δ), 3 (ratio·δ)."""
-    eval_problems: int = 500
-    """Held-out problems for the accuracy reports (at least 200 for the course's bar)."""
-    eval_samples: int = 4
-    """Samples per held-out problem for the sampled (temperature 1) accuracy."""
-    eval_every: int = 100
-    """Evaluate every this many steps (0: only before and after training)."""
-    seed: int = 0
-    """Seeds the problem order, the rollout sampling and torch."""
-    device: str = "cpu"
-    """Where the policy, the reference and the sampler live: cpu, cuda or cuda:N."""
-    threads: int = 1
-    """torch CPU threads per process (0: torch's default). A 1M-parameter model runs fastest on one:
-    its matrices are too small to split, and on a busy machine extra threads wait on each other."""
+def resolve_device(device: str) -> str:
+    """`auto` is cuda where torch sees a GPU, else cpu; anything else is itself."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
-def field_help(config_class) -> dict[str, str]:
-    """The docstring written under each dataclass field, by field name."""
-    tree = ast.parse(inspect.getsource(config_class))
-    body = tree.body[0].body
-    docs = {}
-    for node, following in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
-                and isinstance(following.value, ast.Constant)):
-            docs[node.target.id] = following.value.value
-    return docs
+def load_task(config: TrainConfig, tokenizer) -> Task:
+    """The task of `config`: the synthetic addition, or GSM8K-format problems from --data."""
+    if config.task == "addition":
+        return ADDITION
+    is_file = Path(config.data).is_file()
+    problems = load_gsm8k_jsonl(config.data) if is_file else load_hub_gsm8k(config.data, config.allow_download)
+    task = GSM8KTask(problems, tokenizer)
+    for split in ("train", "test"):
+        if not task.problems(split):
+            raise ConfigError("data", f"{config.data!r} leaves no {split} problems (its held-out 20% is "
+                              "chosen by question hash): give more problems")
+    return task
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=(),
-                         types=None) -> None:
-    """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped by its docstring."""
-    docs, choices, types = field_help(config_class), choices or {}, types or {}
-    for field in (f for f in fields(config_class) if f.name not in exclude):
-        default = field.default
-        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
-                            type=types.get(field.name, type(default)),
-                            default=default, choices=choices.get(field.name),
-                            help=f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})")
-
-
-class ConfigError(ValueError):
-    """A bad value of one TrainConfig field; `field` names it (the command line names its flag)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field} {message}")
-        self.field, self.message = field, message
-
-
-def out_of_range(name: str, value) -> str | None:
-    """Why `value` is not allowed for the numeric field `name` (None when it is)."""
-    low, inclusive = LOWER_BOUNDS[name]
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value}"
-    if value < low or (value == low and not inclusive):
-        return f"must be {'>=' if inclusive else '>'} {low}, got {value}"
-    return None
-
-
-def device_problem(device: str) -> str | None:
-    """Why `device` cannot hold the run (None when it can)."""
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
-        return f"must be cpu, cuda or cuda:N, got {device!r}"
-    if kind == "cuda" and not torch.cuda.is_available():
-        return f"{device!r}: torch sees no CUDA device (torch.cuda.is_available() is False)"
-    return None
-
-
-def checkpoint_problem(folder: str) -> str | None:
-    """Why `folder` is not a saved policy (None when it is one)."""
-    if not Path(folder).is_dir():
-        return f"{folder!r} is not a folder"
-    if not (Path(folder) / "config.json").is_file():
-        return f"{folder!r} holds no saved model (no config.json; see save_model_and_tokenizer)"
-    return None
-
-
-def validate(config: TrainConfig, world_size: int) -> None:
-    """Raise ConfigError naming the first field whose value cannot run."""
-    for name, allowed in CHOICES.items():
-        if getattr(config, name) not in allowed:
-            raise ConfigError(name, f"must be one of {allowed}, got {getattr(config, name)!r}")
-    for name in LOWER_BOUNDS:
-        if problem := out_of_range(name, getattr(config, name)):
-            raise ConfigError(name, problem)
-    for name, problem in (("device", device_problem(config.device)),
-                          ("checkpoint", checkpoint_problem(config.checkpoint))):
-        if problem:
-            raise ConfigError(name, problem)
-    if config.prompts_per_step % world_size:
-        raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must divide among {world_size} ranks")
-    rows = config.prompts_per_step // world_size * config.group_size
-    if config.gradient_accumulation_steps > rows:
-        raise ConfigError("gradient_accumulation_steps", f"({config.gradient_accumulation_steps}) must be at most "
-                          f"the {rows} rollouts each rank trains on per step")
-    if config.group_size < 2 and config.advantage_normalizer == "std":
-        raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
+def load_policy(config: TrainConfig):
+    """(policy, tokenizer): --model through AutoModelForCausalLM, else the tiny --checkpoint;
+    with gradient checkpointing, LoRA and the chunked head as configured."""
+    if not config.model:
+        policy, tokenizer = load_model_and_tokenizer(config.checkpoint)
+    else:
+        policy, tokenizer = load_pretrained(config.model, config.model_dtype, config.allow_download)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    if config.logits_chunk_size:
+        policy.config.grpo_logits_chunk_size = config.logits_chunk_size
+    if config.lora_rank:
+        policy = add_lora(policy, config.lora_rank)
+    return policy, tokenizer
 
 
 def _reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict[str, float]:
@@ -245,40 +147,56 @@ def _reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict
     return reduced
 
 
-def held_out_accuracy(model, tokenizer, config: TrainConfig) -> dict[str, float]:
+def held_out_accuracy(model, tokenizer, config: TrainConfig, task: Task = ADDITION) -> dict[str, float]:
     """Answer accuracy on the held-out problems: sampled at temperature 1, and greedy."""
-    problems = make_problems(config.eval_problems, seed=EVAL_SEED, split="test")
+    test = list(task.problems("test"))
+    problems = random.Random(EVAL_SEED).sample(test, min(config.eval_problems, len(test)))
     sampled = evaluate(model, tokenizer, problems, seed=EVAL_SEED, samples_per_problem=config.eval_samples,
-                       max_new_tokens=config.max_new_tokens)
-    greedy = evaluate(model, tokenizer, problems, seed=None, max_new_tokens=config.max_new_tokens)
+                       max_new_tokens=config.max_new_tokens, task=task)
+    greedy = evaluate(model, tokenizer, problems, seed=None, max_new_tokens=config.max_new_tokens, task=task)
     return {"heldout_accuracy_sampled": sampled["answer_reward"],
             "heldout_format_sampled": sampled["format_reward"],
             "heldout_accuracy_greedy": greedy["answer_reward"]}
 
 
 def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, config: TrainConfig,
-                      separate_sampler: bool) -> tuple[dict[str, torch.Tensor | None], dict[str, float]]:
-    """Old, reference and (for a bf16 sampler) sampler log-probs (B, T), and rollout statistics over ranks.
+                      rescore: bool) -> tuple[dict[str, torch.Tensor | None], dict[str, float]]:
+    """Old, reference and (where they correct anything) sampler log-probs (B, T), and rollout statistics over ranks.
 
-    A float32 sampler is the policy itself, so its log-probs are the old ones (no extra forward);
-    a bf16 sampler's are not, so the policy re-scores the batch and the two are compared. Token
-    means (KL to the reference, the mismatch) are global: per-rank sums over per-rank counts.
+    A float32 sampler of the tiny model is the policy itself, so its log-probs are the old ones (no
+    extra forward). Otherwise (`rescore`: a bf16 sampler, or a real model, whose BPE tokenizer can
+    re-encode a sample differently) the policy re-scores the batch; a re-encoded row keeps weight 1.
+    The importance weights of `--is-level/--is-mode` (`course.importance`) and the overlong filter
+    reach the train step as the sampler log-probs that make its min(π_old/π_sampler, cap) apply
+    them. Token means (KL to the reference, the mismatch) are global: per-rank sums over per-rank counts.
     """
-    tokens = tokenize_rollouts(tokenizer, rollouts)
+    tokens = tokenize_rollouts(tokenizer, rollouts, retokenized="nan" if rescore else "raise")
     mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
-    old_log_probs = score_tokens(policy, tokens) if separate_sampler else sampler_log_probs
-    ref_log_probs = score_tokens(reference, tokens)
-    kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                      # k3, (B, T)
+    # every log-prob is of softmax(z/τ), the distribution sampled at τ = config.temperature
+    old_log_probs = score_tokens(policy, tokens, config.temperature) if rescore else sampler_log_probs
+    retokenized = sampler_log_probs.isnan()                                          # (B, T)
+    sampler_log_probs = torch.where(retokenized, old_log_probs, sampler_log_probs)
     count = float(mask.sum())
-    token_means = {"kl_to_reference": float((kl * mask).sum()) / max(count, 1)}
-    maxima = {}
-    if separate_sampler:
+    token_means, maxima, ref_log_probs = {}, {}, None
+    if reference is not None:
+        ref_log_probs = score_tokens(reference, tokens, config.temperature)
+        kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                  # k3, (B, T)
+        token_means["kl_to_reference"] = float((kl * mask).sum()) / max(count, 1)
+    weights = None
+    if rescore:
         mismatch = compare_logprobs(sampler_log_probs, old_log_probs, mask)
         maxima["logprob_diff_max"] = mismatch.pop("logprob_diff_max")
         token_means.update(mismatch)
-        weights = truncated_importance_weights(old_log_probs, sampler_log_probs, config.tis_cap, mask)
+        token_means["retokenized_fraction"] = float((retokenized & mask.bool()).sum()) / max(count, 1)
+        weights = importance_weights(old_log_probs, sampler_log_probs, mask, config.is_level,
+                                     config.is_mode, config.tis_cap)
+        changed = weights >= config.tis_cap if config.is_mode == "truncate" else weights == 0
         token_means["tis_weight_mean"] = float(weights.sum()) / max(count, 1)
-        token_means["tis_capped_fraction"] = float(((weights >= config.tis_cap) & mask.bool()).sum()) / max(count, 1)
+        token_means["tis_capped_fraction"] = float((changed & mask.bool()).sum()) / max(count, 1)
+    if config.overlong == "filter":
+        kept = ~torch.tensor(truncated_rows(rollouts, tokenizer.eos_token))[:, None]  # (B, 1)
+        weights = (mask.float() if weights is None else weights) * kept
+        token_means["overlong_filtered_fraction"] = float((~kept * mask.bool()).sum()) / max(count, 1)
     sums = {key: value * count for key, value in token_means.items()}
     reduced = _reduce_over_ranks({**sums, "tokens": count, "rows": float(len(rollouts))}, maxima)
     tokens_total = max(reduced.pop("tokens"), 1.0)
@@ -286,9 +204,21 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     stats.update({key: reduced[key] for key in maxima})
     stats["response_length"] = tokens_total / reduced["rows"]
     stats["generated_tokens"] = tokens_total
+    plain_tis = config.is_level == "token" and config.is_mode == "truncate" and config.overlong != "filter"
+    if weights is not None and not plain_tis:
+        sampler_log_probs = as_sampler_log_probs(old_log_probs, weights, mask)
     log_probs = {"old_log_probs": old_log_probs, "ref_log_probs": ref_log_probs,
-                 "sampler_log_probs": sampler_log_probs if separate_sampler else None}
+                 "sampler_log_probs": sampler_log_probs if weights is not None else None}
     return log_probs, stats
+
+
+def informative_rollouts(rollouts: RolloutBatch, reward_fn, config: TrainConfig) -> tuple[RolloutBatch, int]:
+    """Dynamic sampling: this rank's share of every rank's groups whose rewards are not all equal
+    (`course.filters`), and how many such groups there are over all ranks."""
+    rewards = [reward_fn(response, truth)["reward"]
+               for response, truth in zip(rollouts.responses, rollouts.repeated_ground_truths)]
+    keep = informative_groups(rewards, config.group_size, config.dynamic_sampling_tolerance)
+    return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)
 
 
 def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
@@ -298,19 +228,36 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
+    if problem := temperature_problem(train_step):
+        raise ConfigError("temperature", problem)
+    if config.entropy_coef:
+        train_step = functools.partial(train_step_with_entropy_bonus, train_step,
+                                       entropy_coef=config.entropy_coef)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     start = time.time()
-    policy, tokenizer = load_model_and_tokenizer(config.checkpoint)
-    policy.to(config.device)
-    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    policy, tokenizer = load_policy(config)
+    policy.to(resolve_device(config.device))
+    task = load_task(config, tokenizer)
+    reward_fn = task.reward_fn
+    if config.overlong == "soft":
+        reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens, config.overlong_buffer)
+    # the tiny model always keeps its starting point (the KL panel); a real one only for the KL penalty
+    needs_reference = config.kl_beta > 0 or not config.model
+    reference = copy.deepcopy(policy).eval().requires_grad_(False) if needs_reference else None
     separate_sampler = config.sampler_dtype != "float32"
+    rescore = separate_sampler or bool(config.model)
     sampler = copy.deepcopy(policy).to(torch.bfloat16).eval() if separate_sampler else policy
     model = torch.nn.parallel.DistributedDataParallel(policy) if world_size > 1 else policy
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    trained = [p for p in policy.parameters() if p.requires_grad]  # LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
 
-    pool = make_problems(None, seed=config.seed, split="train")
+    train_problems = list(task.problems("train"))
+    if len(train_problems) < config.prompts_per_step:
+        raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must be at most the "
+                          f"{len(train_problems)} training problems of --task {config.task}")
+    pool = random.Random(config.seed).sample(train_problems, len(train_problems))
     problem_rng = random.Random(config.seed)
     per_rank = config.prompts_per_step // world_size
     constant = (config.normalization_constant or config.prompts_per_step * config.group_size
@@ -318,13 +265,13 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     needs_old = config.loss != "none"
 
     records: list[dict] = []
-    before = held_out_accuracy(policy, tokenizer, config) if rank == 0 else {}
+    before = held_out_accuracy(policy, tokenizer, config, task) if rank == 0 else {}
     metrics_file = None
     if out is not None and rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         metrics_file = open(out / "metrics.jsonl", "w")
-    bar = tqdm(range(1, config.steps + 1), disable=not progress or rank != 0,
-               desc="GRPO", unit="step")
+    bar = progress_bar(range(1, config.steps + 1), config.steps, desc="GRPO", unit="step",
+                       enabled=progress and rank == 0)
     for step in bar:
         step_start = time.time()
         problems = problem_rng.sample(pool, config.prompts_per_step)[rank * per_rank:(rank + 1) * per_rank]
@@ -333,14 +280,20 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
         policy.eval()
         rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
                                  first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
-                                 temperature=config.temperature)
-        log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config,
-                                                 separate_sampler)
+                                 temperature=config.temperature, task=task)
+        kept_groups = None
+        if config.dynamic_sampling:
+            rollouts, kept_groups = informative_rollouts(rollouts, reward_fn, config)
+            if kept_groups < world_size:  # too few groups left for every rank: no update this step
+                if rank == 0:
+                    records.append({"step": step, "kept_groups": kept_groups, "skipped_update": 1.0})
+                continue
+        log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config, rescore)
         policy.train()
         for _ in range(config.updates_per_rollout):
             _, metadata = train_step(
-                model, tokenizer, optimizer, config.gradient_accumulation_steps,
-                config.max_grad_norm or None, r1_zero_reward_fn, rollouts.repeated_prompts,
+                model, tokenizer, optimizer, min(config.gradient_accumulation_steps, len(rollouts)),
+                config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
                 rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
                 baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
                 importance_reweighting_method=config.loss,
@@ -350,20 +303,27 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                 kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
                 ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
                 sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+                temperature=config.temperature,
             )
         # The train step's statistics are per rank for rewards (equal row counts: mean of means).
-        rewards = _reduce_over_ranks({k: metadata[k] / world_size for k in REWARD_KEYS}, {})
+        # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
+        rows = float(len(rollouts)) * world_size / (config.prompts_per_step * config.group_size
+                                                    if kept_groups is None else kept_groups * config.group_size)
+        rewards = _reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
         seconds = time.time() - step_start
         generated_tokens = stats.pop("generated_tokens")
+        if kept_groups is not None:
+            stats["kept_groups"] = kept_groups
         record = {"step": step, **stats, **rewards,
                   "token_entropy": float(metadata["token_entropy"]),
+                  **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
                   "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
                   "gradient_norm": float(metadata["gradient_norm"]),
                   "loss": float(metadata["loss"]),
                   "tokens_per_second": generated_tokens / seconds,
                   "step_seconds": seconds}
         if rank == 0 and config.eval_every and step % config.eval_every == 0 and step < config.steps:
-            record.update(held_out_accuracy(policy, tokenizer, config))
+            record.update(held_out_accuracy(policy, tokenizer, config, task))
         if rank == 0:
             records.append(record)
             if metrics_file:
@@ -373,7 +333,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
 
     summary = {}
     if rank == 0:
-        after = held_out_accuracy(policy, tokenizer, config)
+        after = held_out_accuracy(policy, tokenizer, config, task)
         if records:
             records[-1].update(after)
         summary = {
@@ -401,92 +361,15 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     return summary
 
 
-def _flag_type(kind, problem):
-    """An argparse `type=`: convert with `kind`, then refuse what `problem` objects to."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
-        if message := problem(value):
-            raise argparse.ArgumentTypeError(message)
-        return value
-    return parse
-
-
-def flag_types(config_class=TrainConfig) -> dict:
-    """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
-    types = {name: _flag_type(type(getattr(config_class, name)), lambda value, name=name: out_of_range(name, value))
-             for name in LOWER_BOUNDS}
-    types["device"] = _flag_type(str, device_problem)
-    types["checkpoint"] = _flag_type(str, checkpoint_problem)
-    return types
-
-
-def stages_of(names: tuple[str, ...]) -> str:
-    """"3_advantages, 4_losses": the stages of the graded functions `names`, in course order."""
-    return ", ".join(key for key in STAGE_NAMED if key in {STAGE_OF[name] for name in names})
-
-
-def edition_notebooks(missing: tuple[str, ...], root: Path = PACKAGE_ROOT) -> Path:
-    """The notebooks to train with when the reference of the graded functions `missing` is not
-    here and no --notebooks was given: a student edition's own `notebooks/`. Raises ValueError
-    naming --notebooks where `root` is no edition or holds no notebooks."""
-    folder = root / "notebooks"
-    if not (root / "edition.json").is_file() or not any(folder.glob("*.ipynb")):
-        raise ValueError(f"the reference of stage {stages_of(missing)} is not here, and {folder} "
-                         "holds no notebooks: give --notebooks DIR, the folder of your notebooks")
-    return folder
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m course.train", description=__doc__.split("\n\n")[0],
-        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on CPU).")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
-                             "(default: write nothing, print the summary)")
-    parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
-                        help="train with your own stages, read from the notebooks in DIR (stages "
-                             "not written yet use the reference where it is available)")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
-    args = vars(parser.parse_args(argv))
-    out, notebooks = args.pop("out"), args.pop("notebooks")
-    implementations = None
-    missing = missing_references()
-    if notebooks is None and missing:  # a student edition: train with the learner's stages
-        try:
-            notebooks = edition_notebooks(missing)
-        except ValueError as error:
-            parser.error(f"argument --notebooks: {error}")
-        print(f"this student edition has not revealed stage {stages_of(missing)}: training "
-              f"with your notebooks in {notebooks} (--notebooks DIR for another folder)")
-    if notebooks is not None:
-        try:
-            implementations = load_implementations(notebooks)
-        except (FileNotFoundError, StageNotWritten) as error:
-            parser.error(f"argument --notebooks: {error}")
-        # this module runs as __main__ under `python -m`: its own names of stubs too
-        stand_in_for_stubs(implementations.functions, [globals()])
-        print(implementations.table())
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    try:  # what no single flag decides: values that must fit together, and the world size
-        validate(TrainConfig(**args), world_size)
-    except ConfigError as error:
-        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
-    distributed = world_size > 1
-    if distributed:
-        dist.init_process_group("gloo")
+def run_distributed(config: TrainConfig, out: Path | None, implementations: Implementations | None,
+                    world_size: int) -> dict:
+    """`train` in one process, or as one rank of `world_size` under torchrun (gloo)."""
+    if world_size == 1:
+        return train(config, out, implementations=implementations)
+    dist.init_process_group("gloo")
     try:
-        summary = train(TrainConfig(**args), out, implementations=implementations)
-        if distributed:
-            dist.barrier()  # no rank tears gloo down while another is still communicating
+        summary = train(config, out, implementations=implementations)
+        dist.barrier()  # no rank tears gloo down while another is still communicating
     finally:
-        if distributed:
-            dist.destroy_process_group()
-    if summary:
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+        dist.destroy_process_group()
+    return summary

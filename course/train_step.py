@@ -55,6 +55,7 @@ class LossTerms:
     kl_estimator: int = 2
     ref_model: torch.nn.Module | None = None
     tis_cap: float = 2.0
+    temperature: float = 1.0
 
 
 def grpo_train_step(
@@ -81,10 +82,9 @@ def grpo_train_step(
     ref_log_probs: torch.Tensor | None = None,
     ref_model: torch.nn.Module | None = None,
     sampler_log_probs: torch.Tensor | None = None,
-    tis_cap: float = 2.0,
+    tis_cap: float = 2.0, temperature: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
     """One optimizer step on B = n_groups · G rollouts (this rank's share under DDP).
-
     Args:
         model, optimizer: a causal LM (optionally in DistributedDataParallel) and its
             optimizer, stepped once; the gradients are zeroed before and after.
@@ -95,7 +95,8 @@ def grpo_train_step(
             advantage_normalizer: see `compute_group_normalized_rewards`;
             importance_reweighting_method, cliprange: `compute_policy_gradient_loss`'s.
         old_log_probs, ref_log_probs, sampler_log_probs: (B, T') log π_old, log π_ref
-            and the sampler's log-probs of the tokenized batch (T' ≥ its T).
+            and the sampler's log-probs of the tokenized batch (T' ≥ its T), of
+            softmax(logits / τ): `temperature` τ scores π_θ (and a ref_model) the same.
         loss_normalization, normalization_constant: "sequence", "token", "constant"; C.
         kl_beta, kl_estimator, tis_cap: β ≥ 0 and estimator of the KL penalty (β > 0
             needs ref_log_probs or ref_model); the TIS cap (with sampler_log_probs).
@@ -106,7 +107,7 @@ def grpo_train_step(
     aligned = dict(zip(ALIGNED_LOG_PROBS,
                        (old_log_probs, ref_log_probs, sampler_log_probs)))
     terms = LossTerms(importance_reweighting_method, cliprange, kl_beta, kl_estimator,
-                      ref_model, tis_cap)
+                      ref_model, tis_cap, temperature)
     _validate(len(rollout_responses), repeated_prompts, repeated_ground_truths,
               group_size, gradient_accumulation_steps, loss_normalization,
               normalization_constant, terms, aligned)
@@ -148,7 +149,8 @@ def per_token_step_loss(
     TIS weights compare it with the sampler, and estimator 3 weights k1 by r = π/π_old.
     """
     scored = get_response_log_probs(model, micro["input_ids"], micro["labels"],
-                                    return_token_entropy=True)
+                                    return_token_entropy=True,
+                                    temperature=terms.temperature)
     log_probs, mask = scored["log_probs"], micro["response_mask"]  # (b, T)
     old = micro.get("old_log_probs")
     loss, metadata = compute_policy_gradient_loss(
@@ -165,7 +167,8 @@ def per_token_step_loss(
         if ref is None:
             with torch.no_grad():
                 ref = get_response_log_probs(terms.ref_model, micro["input_ids"],
-                                             micro["labels"])["log_probs"]
+                                             micro["labels"],
+                                             temperature=terms.temperature)["log_probs"]
         ratio = torch.exp(log_probs - old.detach())
         kl = estimate_kl(log_probs, ref, terms.kl_estimator, ratio=ratio)
         loss = loss + terms.kl_beta * kl
@@ -222,6 +225,11 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
     if terms.kl_beta > 0 and references != 1:
         raise ValueError(f"kl_beta > 0 needs exactly one of ref_log_probs and "
                          f"ref_model, got {references}")
+    temperature = terms.temperature
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not 0 < temperature < float("inf")):
+        raise ValueError(f"temperature must be a positive finite number, "
+                         f"got {temperature!r}")
     cap = terms.tis_cap
     if aligned["sampler_log_probs"] is not None and not (
             isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0):
@@ -231,7 +239,7 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
 def _aligned_batch(batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                    aligned: dict) -> dict:
     """The tokenized batch (B, T) with its advantages (B,) and the given log-probs cut
-    to (B, T)."""
+    to (B, T), 0 off the response mask."""
     batch = {**batch, "advantages": advantages}
     batch_size, positions = batch["input_ids"].shape
     for name, log_probs in aligned.items():
@@ -243,7 +251,10 @@ def _aligned_batch(batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                 f"{name} must be (B, T) = ({batch_size}, {positions}) aligned with the "
                 f"tokenized batch, got {tuple(log_probs.shape)}"
             )
-        batch[name] = log_probs[:, :positions]
+        # 0 off the response: an inf or nan at a prompt or padding position would
+        # otherwise reach the gradient through exp (0·∞ = nan in backward)
+        batch[name] = torch.where(batch["response_mask"].bool(),
+                                  log_probs[:, :positions], 0)
     return batch
 
 

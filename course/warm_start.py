@@ -17,22 +17,19 @@ takes two to three minutes on a 2-core CPU. The shipped checkpoint was made with
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from course.models import build_tiny_model_and_tokenizer, save_model_and_tokenizer
-from course.rollout import evaluate
-from course.scoring import get_response_log_probs
+from course.cli import Parser, add_config_arguments, bounded_types
 from course.tasks import format_prompt, format_response, make_problems
-from course.tokenization import tokenize_prompt_and_output
-from course.train import add_config_arguments
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_OUT = Path(__file__).parent / "checkpoints" / "warm_start"
 
@@ -66,8 +63,19 @@ class WarmStartConfig:
     rate, the snapshot at N is the checkpoint `--steps N` makes, so one run can pick a strength."""
 
 
+# The lowest value of each numeric field, and whether that value itself is allowed.
+LOWER_BOUNDS = {
+    "steps": (1, True), "batch_size": (1, True), "lr": (0, False), "max_grad_norm": (0, False),
+    "seed": (0, True), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
+    "eval_problems": (1, True), "threads": (1, True), "snapshot_every": (0, True),
+}
+
+
 def supervised_loss(model, tokenizer, problems) -> torch.Tensor:
     """Mean over response tokens (the <eos> included) of -log π(token)."""
+    from course.scoring import get_response_log_probs
+    from course.tokenization import tokenize_prompt_and_output
+
     prompts = [format_prompt(p) for p in problems]
     targets = [format_response(p) + tokenizer.eos_token for p in problems]
     batch = tokenize_prompt_and_output(prompts, targets, tokenizer)
@@ -78,6 +86,11 @@ def supervised_loss(model, tokenizer, problems) -> torch.Tensor:
 
 def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=None):
     """Train from scratch with `config`; save to `out` when given. Returns (model, tokenizer)."""
+    import torch  # torch and the model code load here, after the command line is checked
+
+    from course.models import build_tiny_model_and_tokenizer, save_model_and_tokenizer
+    from course.rollout import evaluate
+
     log = log or partial(print, flush=True)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -110,9 +123,9 @@ def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=None)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course.warm_start", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.warm_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder to write the checkpoint to")
-    add_config_arguments(parser, WarmStartConfig)
+    add_config_arguments(parser, WarmStartConfig, types=bounded_types(WarmStartConfig, LOWER_BOUNDS))
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
     train_warm_start(WarmStartConfig(**args), out)

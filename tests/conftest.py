@@ -32,3 +32,19 @@ def make_model():
         return model
 
     return make
+
+
+# Tests of tests/test_sandbox.py that took 8-42 s each on a shared 2-core machine, the slowest of
+# `pytest -m "not slow"`: marked slow here, by node id (a marker beside each test is the same).
+SLOW_ELSEWHERE = {
+    "tests/test_sandbox.py::test_without_bubblewrap_the_grade_is_practice_and_official_refuses",
+    "tests/test_sandbox.py::test_a_sandbox_start_that_times_out_is_retried_then_called_overload",
+    "tests/test_sandbox.py::test_one_timer_bounds_the_whole_grading",
+    "tests/test_sandbox.py::test_a_missing_submission_is_a_usage_error_named_in_results_json",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
+            item.add_marker(pytest.mark.slow)

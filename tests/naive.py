@@ -198,7 +198,7 @@ def full_batch_loss(
     cliprange: float | None = None, constant: float | None = None, rows=None,
     per_microbatch_token_count: bool = False, accumulation_steps: int = 1, normalizer: str = "std",
     kl_beta: float = 0.0, ref_log_probs=None, kl_estimator: int = 2, sampler_log_probs=None,
-    tis_cap: float = 2.0,
+    tis_cap: float = 2.0, token_weights=None,
 ):
     """The GRPO objective of the whole batch (or of `rows` of it, with the whole batch's scale).
 
@@ -223,6 +223,8 @@ def full_batch_loss(
     if sampler_log_probs is not None:
         weights = torch.exp(behaviour - sampler_log_probs[rows]).clamp(max=tis_cap)
         loss = loss * weights
+    if token_weights is not None:  # any fixed (B, T) weights of the policy-gradient term
+        loss = loss * token_weights[rows]
     if kl_beta:
         ratio = torch.exp(logp - behaviour.detach())
         loss = loss + kl_beta * kl(logp - ref_log_probs[rows], kl_estimator, ratio)

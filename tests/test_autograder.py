@@ -43,6 +43,7 @@ MUTANTS = {
     "clip_wrong_side": ("compute_policy_gradient_loss", "clip_fraction", "wrong side"),
     "gspo_product": ("compute_policy_gradient_loss", "gspo", "product of token ratios"),
     "cispo_attached": ("compute_policy_gradient_loss", "cispo", "not detached"),
+    "masked_nan_gradient": ("compute_policy_gradient_loss", "never leak into the gradient", "0·∞ = nan"),
     "swapped_clip": ("compute_grpo_loss", "dapo", "swapped"),
     "tis_on_kl": ("compute_grpo_loss", "dapo", "applied to the KL"),
     "k3_sign": ("estimate_kl", "k1, k2, k3", "sign of delta reversed".replace("delta", "δ")),
@@ -98,6 +99,9 @@ MUTANTS = {
     "train_step_no_update": ("grpo_train_step", "leaves no gradients behind", "paid only when"),
     "chunk_no_recompute": ("get_response_log_probs", "saves about one chunk of logits",
                            "recompute each chunk's logits in backward"),
+    # the plain path must be the student's own, not the given chunked head
+    "plain_path_uses_chunked_head": ("get_response_log_probs", "log_probs match the reference",
+                                     "called the given chunked head"),
 }
 # submissions that implement nothing, whatever they raise or return: at most 5% of the points
 DO_NOTHING = ("raises_value_error", "returns_zeros", "not_implemented")
@@ -106,6 +110,8 @@ ALTERNATIVES = {
     "alt_loops.py": ("tokenize_prompt_and_output", "compute_entropy", "compute_group_normalized_rewards",
                      "aggregate_loss_across_microbatch"),
     "alt_functional.py": ("estimate_kl", "truncated_importance_weights", "compute_grpo_loss"),
+    "alt_vectorized.py": ("tokenize_prompt_and_output", "compute_entropy", "get_response_log_probs",
+                          "compute_rollout_rewards", "estimate_kl"),
 }
 ATTACK_FUNCTIONS = ("compute_entropy", "compute_group_normalized_rewards")
 ATTACKS = ("patch_torch", "os_exit", "sys_exit", "fake_output", "results_json", "infinite_loop",

@@ -56,6 +56,7 @@ def test_stored_inputs_are_what_the_definition_makes(stored):
             _assert_close(stored[name]["seeds"][str(seed)]["inputs"], spec.make(seed), f"{name}[{seed}]", INPUTS)
 
 
+@pytest.mark.slow
 def test_stored_answers_are_the_reference_on_the_stored_inputs(stored):
     for name, spec in CASES.items():
         for seed, entry in stored[name]["seeds"].items():

@@ -6,6 +6,7 @@ import csv
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,8 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch import CSV_HEADER, entries, fingerprint, main, spreadsheet_safe
+from autograder.batch import (
+    CSV_HEADER,
+    EntryProblem,
+    entries,
+    fingerprint,
+    main,
+    read_entry,
+    spreadsheet_safe,
+)
+from autograder.trusted.classmates import graded_prints, similar_pairs
 from autograder.trusted.isolation import sandbox_problem
+from course.registry import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 REDTEAM = ROOT / "tests" / "redteam"
@@ -67,7 +78,7 @@ def test_a_class_gets_one_right_row_per_student_and_a_rerun_grades_nothing_again
     maximum = float(rows["felix"]["max_score"])
     assert maximum > 0
     assert float(rows["felix"]["score"]) == maximum
-    assert sum(float(rows["felix"][stage]) for stage in CSV_HEADER[3:]) == maximum
+    assert sum(float(rows["felix"][stage]) for stage in STAGES) == maximum
     # ada handed in the solution notebooks, which hold the reference: pasted copies earn nothing
     for student in ("ada", "blaise", "carl", "dora", "emmy"):
         assert float(rows[student]["score"]) == 0, student
@@ -166,3 +177,112 @@ def test_entries_fingerprints_and_cells(tmp_path):
     assert fingerprint(tmp_path / "ada") != before
     assert spreadsheet_safe("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert spreadsheet_safe("ada") == "ada"
+    for formula in (" =1+1", "+1", "-1", "@SUM(A1)", "\t=1"):
+        assert spreadsheet_safe(formula) == "'" + formula
+
+
+def _strange_entries(folder: Path) -> dict[str, str]:
+    """Entries that cannot be graded, each with the words its note must hold."""
+    (folder / "alice.py").write_text("x = 1\n")
+    os.symlink("alice.py", folder / "mallory.py")  # alice's work under mallory's name
+    (folder / "nina").mkdir()
+    os.symlink("../alice.py", folder / "nina" / "solution.py")  # a link out of her own entry
+    os.mkfifo(folder / "pipe.py")
+    with (folder / "sparse.py").open("wb") as handle:
+        handle.truncate(2**30)  # 1 GiB, no disk used: refused by its size, never copied
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / "sock.ipynb"))
+    (folder / "empty").mkdir()
+    return {"mallory": "link", "nina": "link", "pipe": "pipe", "sparse": "over the limit",
+            "sock": "socket", "empty": "no notebook"}
+
+
+def test_an_entry_that_cannot_be_graded_is_read_as_nothing_and_says_why(tmp_path):
+    strange = _strange_entries(tmp_path)
+    found = entries(tmp_path)
+    assert set(strange) | {"alice"} == set(found)
+    for student, words in strange.items():
+        with pytest.raises(EntryProblem, match=words):
+            read_entry(found[student])
+        assert len(fingerprint(found[student])) == 64  # never raises
+    assert read_entry(found["alice"]) == ({"submission.py": b"x = 1\n"}, [])
+    (tmp_path / "course").mkdir()  # a folder named like a package is a student's folder
+    (tmp_path / "course" / "__init__.py").write_text("y = 2\n")
+    assert read_entry(tmp_path / "course") == ({"submission.py": b"y = 2\n"}, [])
+
+
+def test_similar_pairs_flag_near_identical_classmates_and_no_honest_pair(tmp_path):
+    import ast
+
+    from near_copies import disguised
+
+    honest = {"ann": "_impl.py", "ben": "alt_loops.py", "cyd": "alt_functional.py",
+              "dee": "alt_vectorized.py"}
+    prints = {s: graded_prints(str(ROOT / "tests" / "autograder_cases" / f)) for s, f in honest.items()}
+    tree = ast.parse((ROOT / "tests" / "autograder_cases" / "alt_vectorized.py").read_text())
+    tree.body = [disguised(n) if isinstance(n, ast.FunctionDef) else n for n in tree.body]
+    (tmp_path / "eli.py").write_text(ast.unparse(ast.fix_missing_locations(tree)))
+    prints["eli"] = graded_prints(str(tmp_path / "eli.py"))
+    pairs = similar_pairs(prints)
+    assert [pair[:2] for pair in pairs] == [("dee", "eli")], pairs
+    assert len(pairs[0][2]) >= 4 and min(pairs[0][2].values()) >= 0.85
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_students_stay_apart_and_nothing_is_imported_from_where_batch_runs(tmp_path):
+    """A class with every trick: a folder named `course`, a link to a classmate's work, a pipe, a
+    sparse 1 GiB file, a formula for a name, two near-identical students; run from a folder that
+    holds a hostile `course` package."""
+    klass = tmp_path / "class"
+    klass.mkdir()
+    cases = ROOT / "tests" / "autograder_cases"
+    honest = (cases / "_impl.py").read_text() + "\n\nglobals().update(build())\n"
+    (klass / "alice.py").write_text(honest)
+    strange = _strange_entries_beside(klass)
+    _notebooks(klass / "course", ROOT / "notebooks")  # blank work, named like the reference
+    shutil.copy(cases / "alt_vectorized.py", klass / "carol.py")
+    import ast
+
+    from near_copies import disguised
+
+    tree = ast.parse((cases / "alt_vectorized.py").read_text())
+    tree.body = [disguised(n) if isinstance(n, ast.FunctionDef) else n for n in tree.body]
+    (klass / "dave.py").write_text(ast.unparse(ast.fix_missing_locations(tree)))
+    shutil.copy(cases / "alt_loops.py", klass / "=HYPERLINK(1).py")
+    hostile = tmp_path / "term"
+    (hostile / "course").mkdir(parents=True)
+    marker = tmp_path / "imported"
+    (hostile / "course" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').write('the hostile course ran')\nraise SystemExit(3)\n")
+    grades = tmp_path / "grades.csv"
+    done = subprocess.run([sys.executable, "-m", "autograder.batch", str(klass), "--jobs", "2",
+                           "--csv", str(grades), *FAST], cwd=hostile, capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not marker.exists()
+    rows = _rows(grades)
+    maximum = float(rows["alice"]["max_score"])
+    assert float(rows["alice"]["score"]) == maximum > 0
+    assert float(rows["course"]["score"]) == 0 and float(rows["course"]["max_score"]) == maximum
+    for student, words in strange.items():
+        assert float(rows[student]["score"]) == 0 and words in rows[student]["note"], rows[student]
+    assert "'=HYPERLINK(1)" in rows and float(rows["'=HYPERLINK(1)"]["score"]) > 0
+    feedback = {p.stem: p.read_text() for p in (tmp_path / "grades.csv.feedback").glob("*.txt")}
+    assert "PASS" not in feedback["mallory"] and "alice" not in feedback["mallory"]
+    assert rows["carol"]["similar_to"].startswith("dave (") and rows["dave"]["similar_to"].startswith("carol (")
+    assert all(not rows[s]["similar_to"] for s in rows if s not in ("carol", "dave"))
+    report = (tmp_path / "grades.csv.similar.txt").read_text()
+    assert "carol and dave: " in report and "not a penalty" in report
+
+
+def _strange_entries_beside(klass: Path) -> dict[str, str]:
+    """`_strange_entries` without its own alice.py (the class has a real one)."""
+    scratch = klass / "_scratch"
+    scratch.mkdir()
+    strange = _strange_entries(scratch)
+    for path in scratch.iterdir():
+        if path.name != "alice.py":
+            os.rename(path, klass / path.name)
+    shutil.rmtree(scratch)
+    return strange

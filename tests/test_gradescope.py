@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -129,7 +131,8 @@ def test_run_autograder_grades_officially_in_the_gradescope_layout(bundle, tmp_p
     assert "--allow-reference" not in pasted["output"]
     assert results["attack"]["score"] == 0
     for document in results.values():
-        assert "isolated" in document["output"] and not document.get("practice")
+        assert "isolated" in document["output"] and document["extra_data"]["practice"] is False
+        assert document["extra_data"]["isolation_tier"] == "bubblewrap" and "practice" not in document
         assert "fresh-input seed" in document["output"]
         assert document["stdout_visibility"] == "hidden"
         for test in document["tests"]:
@@ -143,3 +146,196 @@ def test_run_autograder_grades_officially_in_the_gradescope_layout(bundle, tmp_p
         written = {p.relative_to(tmp_path / name / "source").as_posix()
                    for p in (tmp_path / name / "source").rglob("*") if p.is_file()}
         assert {w for w in written - names if "__pycache__" not in w} == set()
+
+
+# ---- a grading that did not complete is never a grade ------------------------------------------
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def _run_in_layout(root: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autograder.gradescope", "run", "--root", str(root)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(sandbox_problem(ROOT)), reason="an official grade needs bubblewrap")
+def test_a_grader_killed_mid_run_leaves_no_results_json_and_run_autograder_fails(tmp_path):
+    """SIGKILL of the grading process (what the OOM killer does) once its sandbox is up: no
+    results.json at all (Gradescope then shows an autograder error, not a grade) and `run` exits 1
+    saying the grading did not complete."""
+    root = tmp_path / "root"
+    (root / "submission").mkdir(parents=True)
+    for name in ("alt_full.py", "_impl.py"):
+        shutil.copy(ROOT / "tests" / "autograder_cases" / name, root / "submission" / name)
+    (root / "submission" / "_impl.py").rename(root / "submission" / "_impl.txt")  # one .py: graded
+    run = _run_in_layout(root)
+    grader = None
+    for _ in range(600):  # until the grader's sandbox is running, then a little more
+        grader = next(iter(_children(run.pid)), None)
+        if grader and _children(grader):
+            break
+        time.sleep(0.2)
+    assert grader and _children(grader), "the grader never started its sandbox"
+    time.sleep(3)
+    os.kill(grader, signal.SIGKILL)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 1, err[-2000:]
+    assert "GRADING DID NOT COMPLETE" in err and "no results.json" in err
+    assert not (root / "results" / "results.json").exists()
+    assert list((root / "results").iterdir()) == []  # nor half a file under another name
+
+
+def test_run_autograder_fails_where_isolation_is_refused(tmp_path):
+    """No bubblewrap (PATH without it): the official grading refuses, no results.json is written,
+    and `run` exits 1, so Gradescope reports an autograder error instead of recording 0."""
+    root = tmp_path / "root"
+    (root / "submission").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "autograder_cases" / "nothing_returns_zeros.py", root / "submission")
+    run = _run_in_layout(root, env={"PATH": str(tmp_path)})
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 1, out[-2000:] + err[-2000:]
+    assert "refusing to grade without isolation" in err and "GRADING DID NOT COMPLETE" in err
+    assert not (root / "results" / "results.json").exists()
+
+
+def test_a_grading_past_its_time_limit_writes_no_results_and_says_so(tmp_path):
+    """--time-limit is wall time from the process's start: 2 s are spent before the first check
+    (Python, pytest, torch), so no check runs; that is no grade: no results.json, exit 3."""
+    results = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
+                           "--submission", "course", "-k", "compute_entropy", "--results", str(results),
+                           "--time-limit", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "GRADING DID NOT COMPLETE" in done.stdout and "time limit of 2 s" in done.stdout
+    assert not results.exists()
+
+
+def test_a_batch_row_of_an_incomplete_grading_is_no_grade(tmp_path):
+    from autograder.batch import feedback, write_csv
+
+    record = {"student": "dana", "entry": "dana.py", "fingerprint": "", "seed": 7, "score": 12.0,
+              "max_score": 66.0, "isolation": "", "checks": [], "problems": [],
+              "incomplete": ["it ran past its time limit of 600 s"]}
+    write_csv(tmp_path / "grades.csv", [record], {})
+    header, row = (line.split(",") for line in (tmp_path / "grades.csv").read_text().splitlines())
+    cells = dict(zip(header, row))
+    assert row[:3] == ["dana", "incomplete", ""]  # no number at all
+    assert {cells[stage] for stage in header[3:-2]} == {""}
+    assert cells["note"] == "it ran past its time limit of 600 s" and cells["similar_to"] == ""
+    text = feedback(record)
+    assert "GRADING DID NOT COMPLETE: this is not your score" in text and "12" not in text
+
+
+# ---- options --------------------------------------------------------------------------------
+BAD_VALUES = [
+    (["--time-limit", "-5"], "--time-limit"), (["--time-limit", "nan"], "--time-limit"),
+    (["--time-limit", "0"], "--time-limit"), (["--probe-timeout", "0"], "--probe-timeout"),
+    (["--memory-mb", "-1"], "--memory-mb"), (["--seed", "x"], "--seed"),
+]
+
+
+@pytest.mark.parametrize("argv,flag", BAD_VALUES + [(["--device", "cuda"], "--device cuda")])
+def test_bad_grader_options_are_usage_errors_naming_the_flag(argv, flag):
+    if flag == "--device cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("CUDA is available here")
+    done = subprocess.run([sys.executable, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
+                           "--submission", "course", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert flag in done.stderr and "Traceback" not in done.stderr + done.stdout
+    assert "collected" not in done.stdout  # refused before grading anything
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("autograder.gradescope", ["run", "--time-limit", "nan"]),
+    ("autograder.gradescope", ["rehearse", "--cpus", "-1"]),
+    ("autograder.batch", [".", "--csv", "g.csv", "--time-limit", "inf"]),
+    ("autograder.batch", [".", "--csv", "g.csv", "--memory-mb", "-1"]),
+    ("autograder.batch", [".", "--csv", "g.csv", "--jobs", "0"]),
+])
+def test_cli_usage_errors_are_one_line_before_torch(module, argv, tmp_path):
+    script = ("import runpy, sys\n"
+              f"sys.argv = [{module!r}, *{argv!r}]\n"
+              "try:\n"
+              f"    runpy.run_module({module!r}, run_name='__main__')\n"
+              "except SystemExit as exc:\n"
+              "    print('exit', exc.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split() == ["exit", "2", "False"], done.stdout + done.stderr
+    flag = [a for a in argv if a.startswith("--")][-1]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and flag in lines[0] and "--help" in lines[1], done.stderr
+
+
+def test_run_refuses_a_root_without_a_submission_folder(tmp_path, capsys):
+    typo = tmp_path / "typo"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--root", str(typo)])
+    assert exit_info.value.code == 2 and "--root" in capsys.readouterr().err
+    assert not typo.exists()  # nothing created at a mistyped root
+
+
+def test_the_check_bundle_says_it_is_not_for_students(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "check.zip"), "--allow-reference"]) == 0
+    said = capsys.readouterr().out
+    assert "NOT FOR GRADING STUDENTS" in said and "upload it as the assignment's autograder" not in said
+    with zipfile.ZipFile(tmp_path / "check.zip") as archive:
+        assert "--allow-reference" in archive.read("run_autograder").decode()
+
+
+# ---- reading the submission ---------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.skipif(bool(sandbox_problem(ROOT)), reason="an official grade needs bubblewrap")
+def test_a_py_in_a_folder_only_its_owner_may_enter_is_graded(tmp_path):
+    """The stage children run under user ids of their own; the upload's folder is 0700. The
+    trusted side hands them a private copy (with the helper module beside it)."""
+    from autograder.api import grade
+
+    folder = tmp_path / "upload"
+    folder.mkdir(mode=0o700)
+    for name in ("alt_full.py", "_impl.py"):
+        shutil.copy(ROOT / "tests" / "autograder_cases" / name, folder / name)
+    os.chmod(folder, 0o700)
+    graded = grade(str(folder / "alt_full.py"), ("compute_entropy",), official=True)
+    assert graded["score"] == graded["max_score"] > 0, graded["results"]
+
+
+def test_a_notebook_of_nested_empty_lists_is_refused_in_bounded_memory(tmp_path):
+    """48 MiB of `[],` would build 16 million lists (1.5 GB): counted first, refused, and the
+    reader's memory grows by far less than the file would build."""
+    notebook = tmp_path / "lists.ipynb"
+    notebook.write_bytes(b'{"cells": [' + b"[]," * (16 * 2**20) + b'[]]}')
+    script = ("import resource, sys\n"
+              "from pathlib import Path\n"
+              "from autograder.trusted.submission import load_submission\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              f"loaded = load_submission({str(notebook)!r}, Path('.'))\n"
+              "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "print((after - before) // 1024); print(loaded.problems)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    grown, problems = done.stdout.splitlines()[:2]
+    assert "over the limit of 1,000,000" in problems, done.stdout + done.stderr
+    assert int(grown) < 300, f"the reader grew by {grown} MiB"  # the file alone is 48 MiB
+
+
+def test_json_values_bounds_what_the_parser_builds():
+    from autograder.trusted.submission import JSON_STRING, json_values
+
+    text = json.dumps({"cells": [{"source": ["a, [b]", "{c}"]}, [], [1, 2]]}).encode()
+    # outside strings 4 commas, 4 "[" and 2 "{" (10); inside them 1, 1 and 1 more. Under the
+    # limit the cheap count of all of them (13) is the bound; above it, strings are left out
+    assert json_values(text) == 13
+    assert JSON_STRING.sub(b"", text) == b'{: [{: [, ]}, [], [1, 2]]}'
+    many = b"[" + b'"x,[{",' * 600_000 + b"1]"  # 2.4 million by the cheap count
+    assert json_values(many) == 600_000 + 1

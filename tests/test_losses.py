@@ -290,3 +290,77 @@ def test_truncated_importance_weights_hand_worked():
 def test_truncated_importance_weights_bad_shapes_raise():
     with pytest.raises(ValueError, match="sampler_log_probs|old_log_probs"):
         truncated_importance_weights(torch.zeros(2, 3), torch.zeros(2, 4), 2.0)
+
+
+# ----------------------------------------------------------------------------- masked inf / nan
+# A masked position may hold anything: a log-prob of -inf at padding, a nan from an overflowed
+# old log-prob at a prompt position. Selecting the loss afterwards keeps the value finite but not
+# the gradient (0·∞ = nan in backward), so every input is masked before any nonlinearity.
+BAD = (float("nan"), float("inf"), -float("inf"))
+MASK = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+
+
+def _poisoned(values, mask=MASK):
+    poisoned = values.detach().clone()
+    for number, (row, column) in enumerate((~mask).nonzero().tolist()):
+        poisoned[row, column] = BAD[number % 3]
+    return poisoned
+
+
+def _masked_value_and_grad(method, policy, old):
+    logp = policy.detach().clone().requires_grad_()
+    loss, meta = compute_policy_gradient_loss(ADV, logp, method, old, 0.2, MASK)
+    total = torch.where(MASK, loss, 0).sum()
+    total.backward()
+    return torch.where(MASK, loss.detach(), 0), logp.grad, meta
+
+
+@pytest.mark.parametrize("method", ["none", "noclip", "grpo", "gspo", "cispo"])
+@pytest.mark.parametrize("poison", ["old", "both"])
+def test_masked_inf_and_nan_change_neither_value_nor_gradient(method, poison):
+    clean_value, clean_grad, clean_meta = _masked_value_and_grad(method, _policy_log_probs(), OLD)
+    policy = _poisoned(_policy_log_probs()) if poison == "both" else _policy_log_probs()
+    value, grad, meta = _masked_value_and_grad(method, policy, _poisoned(OLD))
+    assert torch.isfinite(grad).all(), grad  # the bug this guards: grad = [-0.37, -0.14, nan]
+    torch.testing.assert_close(value, clean_value, rtol=0, atol=0)
+    torch.testing.assert_close(grad, clean_grad, rtol=0, atol=0)
+    assert (grad[~MASK] == 0).all() and (grad[MASK] != 0).any()
+    for key, clean in clean_meta.items():
+        assert float(meta[key]) == pytest.approx(float(clean)), key
+
+
+def test_selecting_after_exp_is_the_bug_the_masking_prevents():
+    # the naive form: exp of the raw log-ratio, then select. Finite value, nan gradient.
+    logp = _policy_log_probs()
+    loss = torch.where(MASK, -ADV[:, None] * torch.exp(logp - _poisoned(OLD)), 0)
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isnan(logp.grad).any()
+
+
+@pytest.mark.parametrize("estimator", [0, 1, 2, 3])
+def test_kl_with_a_mask_ignores_inf_and_nan_off_it(estimator):
+    new = _policy_log_probs()
+    ref = OLD + 0.3
+    ratio = torch.exp(new.detach() - OLD)
+
+    def value_and_grad(new, ref, ratio):
+        leaf = new.detach().clone().requires_grad_()
+        kl = estimate_kl(leaf, ref, estimator, ratio=ratio, response_mask=MASK)
+        torch.where(MASK, kl, 0).sum().backward()
+        return torch.where(MASK, kl.detach(), 0), leaf.grad
+
+    clean = value_and_grad(new, ref, ratio)
+    poisoned = value_and_grad(_poisoned(new), _poisoned(ref), _poisoned(ratio))
+    assert torch.isfinite(poisoned[1]).all()
+    for got, expected in zip(poisoned, clean):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(clean[0], torch.where(MASK, kl(new.detach() - ref, estimator, ratio), 0))
+
+
+def test_tis_weights_ignore_inf_and_nan_off_the_mask():
+    old, sampler = OLD + 0.1, OLD
+    clean = truncated_importance_weights(old, sampler, 2.0, MASK)
+    poisoned = truncated_importance_weights(_poisoned(old), _poisoned(sampler), 2.0, MASK)
+    torch.testing.assert_close(poisoned, clean, rtol=0, atol=0)
+    assert (poisoned[~MASK] == 0).all()
+    torch.testing.assert_close(clean[MASK], torch.full((3,), math.exp(0.1), dtype=F64))

@@ -107,8 +107,8 @@ def graded_notebooks() -> list[str]:
 
 # --- static: the metadata nbgrader and the autograder rely on ------------------------------------
 
-def test_there_are_seven_stages_released():
-    assert len(SOLUTION_NAMES) == 7, SOLUTION_NAMES
+def test_there_are_seven_stages_and_the_optional_real_model_notebook_released():
+    assert len(SOLUTION_NAMES) == 8 and SOLUTION_NAMES[-1] == "08_real_model.ipynb", SOLUTION_NAMES
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
 
 
@@ -297,6 +297,7 @@ def test_solution_notebook_executes(name, request, kernel_environment, tmp_path)
 
 
 @pytest.mark.parametrize("name", SOLUTION_NAMES)
+@pytest.mark.slow
 def test_release_notebook_runs_up_to_first_student_cell(name, kernel_environment, tmp_path):
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     first = next((i for i, c in enumerate(notebook.cells) if nbgrader_meta(c).get("solution")), None)
@@ -328,11 +329,13 @@ def test_html_export_reads_offline(kernel_environment, tmp_path):
     assert again.returncode != 0 and "--force" in again.stderr  # an existing page is never overwritten
 
 
+@pytest.mark.slow
 def test_release_is_what_nbgrader_makes_from_solutions():
     stale = stale_files(SOLUTIONS, NOTEBOOKS)
     assert stale == [], f"notebooks/ is out of date for {stale}: run `python -m course.release`"
 
 
+@pytest.mark.slow
 def test_release_drift_is_detected(tmp_path):
     """The drift check can fail: edit one solution notebook and it reports exactly that file."""
     solutions = tmp_path / "solutions"

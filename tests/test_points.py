@@ -133,6 +133,7 @@ def test_without_fork_the_data_parallel_check_is_skipped_and_says_so(monkeypatch
 
 # --- points per cell from the registry ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_release_takes_the_points_from_the_registry_not_the_solutions(tmp_path):
     """A solution notebook whose check cells drifted (10 points each, the old scale) is released
     with the registry's points: the release cannot drift from `pytest autograder`."""

@@ -218,7 +218,8 @@ def test_attack_earns_nothing_beyond_honest_work(entry, red_team):
     assert graded["max_score"] > 0, f"{entry.name}: nothing was graded"
     assert graded["score"] <= header["honest"], f"{entry.name} earned {graded['score']}: {outputs}"
     assert not graded["practice"], graded["isolation"]
-    assert graded["tier"] == {"landlock": "landlock-seccomp"}.get(red_team["tier"], red_team["tier"])
+    assert graded["isolation_tier"] == {"landlock": "landlock-seccomp"}.get(red_team["tier"],
+                                                              red_team["tier"])
     if header["says"]:
         everything = " ".join(r["output"] for r in graded["results"].values())
         everything += " ".join(graded["load_errors"]) + (graded["load_failure"] or "")

@@ -73,3 +73,17 @@ def test_course_release_keeps_a_students_answers(tmp_path, capsys):
     assert (notebooks / "01_tokenization.ipynb").read_bytes() == answer  # nothing lost
     assert release([*flags, "--force"]) == 0
     assert (notebooks / "01_tokenization.ipynb").read_bytes() == released
+
+
+def test_nbgrader_finds_its_commands_beside_this_interpreter(tmp_path, monkeypatch):
+    """`.venv/bin/python -m course.release` without an activated virtualenv: nbgrader's database
+    step runs `alembic` from PATH, so the interpreter's own bin folder comes first there."""
+    import sys
+    from pathlib import Path
+
+    from course.release import nbgrader_environment
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    env = nbgrader_environment(tmp_path)
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    assert env["JUPYTER_CONFIG_DIR"] == str(tmp_path)

@@ -148,3 +148,53 @@ def test_evaluate_is_seeded_and_greedy_is_deterministic(model_and_tokenizer):
     greedy = evaluate(model, tokenizer, problems, seed=None)
     assert set(greedy) == {"reward", "format_reward", "answer_reward"}
     assert greedy == evaluate(model, tokenizer, problems, seed=None)
+
+
+def test_at_a_temperature_every_log_prob_is_of_the_distribution_sampled(model_and_tokenizer):
+    # Sampled at τ = 0.5, a row is a draw of softmax(z / 0.5): the sampler's log-probs, the
+    # re-scored ones (π_old, the reference) and π_θ in the train step must all be of that
+    # distribution, checked against one-sequence-at-a-time scoring of z / τ in float64.
+    model, tokenizer = model_and_tokenizer
+    temperature = 0.5
+    rollouts = sample_groups(model, tokenizer, PROBLEMS, group_size=2, seed=0, step=1, max_new_tokens=10,
+                             temperature=temperature)
+    tokens = tokenize_rollouts(tokenizer, rollouts)
+    mask = tokens["response_mask"].bool()
+    with torch.no_grad():
+        logits = model(tokens["input_ids"]).logits.double()                           # (B, T, V)
+    at_t = (logits / temperature).log_softmax(-1).gather(-1, tokens["labels"][..., None])[..., 0]
+    at_1 = logits.log_softmax(-1).gather(-1, tokens["labels"][..., None])[..., 0]
+    torch.testing.assert_close(tokens["sampler_log_probs"][mask].double(), at_t[mask], atol=1e-5, rtol=0)
+    rescored = score_tokens(model, tokens, temperature)
+    torch.testing.assert_close(rescored[mask].double(), at_t[mask], atol=1e-5, rtol=0)
+    # scoring at τ = 1 (the old bug) is far outside the tolerance
+    assert (at_1[mask] - at_t[mask]).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("scored_at, ratio_is_one", [(0.5, True), (1.0, False)])
+def test_the_train_step_scores_pi_theta_at_the_sampling_temperature(model_and_tokenizer, scored_at,
+                                                                    ratio_is_one):
+    # On-policy, π_θ = π_old: the ratio is 1 only when the train step scores π_θ at the τ the
+    # old log-probs were taken at.
+    from course.tasks import r1_zero_reward_fn
+    from course.train_step import grpo_train_step
+
+    model, tokenizer = model_and_tokenizer
+    rollouts = sample_groups(model, tokenizer, PROBLEMS, group_size=2, seed=0, step=1, max_new_tokens=10,
+                             temperature=0.5)
+    tokens = tokenize_rollouts(tokenizer, rollouts)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # nothing moves: the fixture is shared
+    _, metadata = grpo_train_step(
+        model, tokenizer, optimizer, 1, None, r1_zero_reward_fn, rollouts.repeated_prompts,
+        rollouts.responses, rollouts.repeated_ground_truths, 2, advantage_normalizer="none",
+        importance_reweighting_method="noclip", old_log_probs=tokens["sampler_log_probs"],
+        temperature=scored_at)
+    ratio = float(metadata["importance_ratio_mean"])
+    assert (abs(ratio - 1) < 1e-5) == ratio_is_one, ratio
+
+
+def test_temperature_must_be_positive(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="temperature"):
+            generate(model, tokenizer, ["a"], seeds=[1], temperature=bad)

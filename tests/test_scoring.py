@@ -144,6 +144,24 @@ def test_chunked_matches_naive_float64(make_model, batch):
     assert relative_difference(grads, [p.grad for p in model.parameters()]) < 1e-10
 
 
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_temperature_scores_softmax_of_logits_over_tau(make_model, batch, chunk):
+    # τ = 0.5: log softmax(z / τ)(y) and its entropy, plain and chunked, against float64 by hand
+    model = make_model(torch.float64)
+    out = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True,
+                                 logits_chunk_size=chunk, temperature=0.5)
+    with torch.no_grad():
+        logits = model(batch["input_ids"]).logits / 0.5                            # (B, T, V)
+    expected = logits.log_softmax(-1).gather(-1, batch["labels"][..., None])[..., 0]
+    torch.testing.assert_close(out["log_probs"], expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out["token_entropy"], entropy(logits), rtol=0, atol=1e-12)
+    at_one = response_log_probs(model, batch["input_ids"], batch["labels"])
+    assert (out["log_probs"] - at_one).abs().max() > 0.1  # τ = 1 is far outside the tolerance
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="temperature"):
+            get_response_log_probs(model, batch["input_ids"], batch["labels"], temperature=bad)
+
+
 def test_chunked_without_grad_matches(make_model, batch):
     model = make_model(torch.float64)
     with torch.no_grad():
@@ -311,13 +329,15 @@ def test_logprob_benchmark_runs_every_method_at_toy_size():
     assert lines[0].startswith("machine: ") and "torch" in lines[0] and "cores" in lines[0]
     assert "chunk = 2 positions" in lines[1]                   # 0.01 MiB / (2 · 512 · 4 bytes) = 2
     rows = {line.split()[0]: line.split() for line in lines[3:-1]}
-    assert set(rows) == {"log_softmax", "trl", "gather_lse", "chunked"}
-    for method in ("gather_lse", "chunked"):
-        assert float(rows[method][-2]) < 1e-5 and float(rows[method][-1]) < 1e-5   # same log p, same grad
+    assert set(rows) == {"log_softmax", "trl", "gather_lse", "chunked", "cce"}  # optional ones say so
+    for method in ("gather_lse", "chunked", "cce"):
+        if rows[method][1:3] != ["not", "installed:"]:
+            assert float(rows[method][-2]) < 1e-5 and float(rows[method][-1]) < 1e-5   # same log p, same grad
     summary = json.loads(lines[-1])
     assert {"chunked_over_log_softmax_peak", "chunked_over_log_softmax_time"} <= set(summary)
 
 
+@pytest.mark.slow
 def test_logprob_benchmark_refuses_cuda_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -435,3 +455,4 @@ def test_chunked_scoring_refuses_labels_outside_the_vocabulary(make_model, batch
     labels[0, 0] = -100  # the ignore index of cross-entropy: not a token
     with pytest.raises(ValueError, match="labels"):
         get_response_log_probs(model, batch["input_ids"], labels, logits_chunk_size=4)
+

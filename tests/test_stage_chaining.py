@@ -84,7 +84,7 @@ def test_a_student_edition_runs_a_later_stage_on_the_students_own_earlier_ones(t
     assert results_path.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads(results_path.read_text())
     verdicts = _verdicts(results)
-    assert results["practice"] is True
+    assert results["extra_data"]["practice"] is True
     assert verdicts[TRAIN_STEP_VALUE] == "failed", verdicts  # the student's negated rewards ran
     output = next(t["output"] for t in results["tests"] if t["name"] == TRAIN_STEP_VALUE)
     assert "StageNotRevealed" not in output  # not a stub: the student's own stage 3

@@ -22,7 +22,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.trusted.reference import fingerprint, reference_fingerprints
+from autograder.trusted.reference import COPY_THRESHOLD, reference_prints
+from autograder.trusted.similarity import containment, kgrams, tokens
 from course.reference_run import RECORDED
 from course.registry import HOME_MODULES, REGISTRY, STAGE_MODULES, STAGE_NAMED
 from course.release import REPO_ROOT
@@ -134,7 +135,7 @@ def _distinctive_lines(name: str) -> list[str]:
 
 @pytest.mark.slow
 def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
-    prints = reference_fingerprints()
+    prints = {name: set(value) for name, value in reference_prints().items()}
     for where, source in _code_texts(edition):
         try:
             tree = ast.parse(source)
@@ -143,7 +144,8 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef):
                 for name in UNREVEALED:
-                    assert fingerprint(node) != prints[name], f"{where}: {node.name} is the reference {name}"
+                    share = containment(prints[name], set(kgrams(tokens(node))))
+                    assert share < COPY_THRESHOLD, f"{where}: {node.name} is the reference {name}"
     blobs = {path: path.read_bytes() for path in edition.rglob("*") if path.is_file()}  # never unpickled
     for name in UNREVEALED:
         lines = _distinctive_lines(name)
@@ -172,9 +174,9 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
 @pytest.mark.slow
 def test_the_copy_detector_ships_salted_hashes_and_still_catches_a_pasted_reference(edition):
     stored = json.loads((edition / "autograder" / "fixtures" / "fingerprints.json").read_text())
-    dumps = reference_fingerprints()
-    assert set(stored["functions"]) == set(dumps)
-    assert not any(dump in json.dumps(stored) for dump in dumps.values())
+    unsalted = reference_prints()
+    assert set(stored["functions"]) == set(unsalted)
+    assert not any(value in json.dumps(stored) for values in unsalted.values() for value in values)
     pasted = ast.unparse(_reference_definition("estimate_kl")).replace("delta", "gap")
     caught = subprocess.run(
         [sys.executable, "-c", "import sys; from autograder.trusted.reference import copied_references; "
@@ -218,7 +220,7 @@ def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(ed
     assert where.startswith(str(edition)), where  # pip install -e put the edition on the path
 
     blank, out = _grade(installed, edition, tmp_path)
-    assert blank["score"] == 0 and blank["practice"] is True
+    assert blank["score"] == 0 and blank["extra_data"]["practice"] is True
     assert PRACTICE in out and PRACTICE in blank["output"]
     assert all(t["status"] != "passed" for t in blank["tests"])
 
@@ -232,7 +234,7 @@ def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(ed
     assert full["score"] == sum(t["max_score"] for t in graded) >= 60
     assert "get_response_log_probs: a bfloat16 model is scored in float32" in skipped
     assert all("official grade" in why or "cuda" in why for why in skipped.values()), skipped
-    assert full["practice"] is True and PRACTICE in out
+    assert full["extra_data"]["practice"] is True and PRACTICE in out
 
     refused = subprocess.run([installed, "-m", "pytest", "autograder", "--official"], cwd=edition,
                              capture_output=True, text=True, env=_own_environment())
@@ -252,7 +254,7 @@ def test_solution_notebooks_grade_in_the_edition_as_in_the_repository(edition, i
                               "--allow-reference", "--stored-only", "--seed", "1")
     verdicts = {t["name"]: (t["status"], t["score"]) for t in in_edition["tests"]}
     assert verdicts == {t["name"]: (t["status"], t["score"]) for t in in_repository["tests"]}
-    assert in_edition["practice"] is True and in_edition["score"] > 0
+    assert in_edition["extra_data"]["practice"] is True and in_edition["score"] > 0
 
 
 @pytest.mark.slow

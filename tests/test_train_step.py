@@ -245,6 +245,32 @@ def test_non_finite_loss_or_gradient_aborts_before_the_step(make_model, tokenize
     assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
 
 
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_inf_and_nan_off_the_response_change_nothing(make_model, tokenizer, method):
+    # A bad old, reference or sampler log-prob at a prompt or padding position (it was masked in
+    # the loss only after exp before: grad nan, step aborted) leaves the update exactly as clean.
+    batch = make_rollout_batch()
+    model = make_model(torch.float64)
+    old = make_old_log_probs(model, batch, tokenizer)
+    penalties = _penalties(model, batch, tokenizer, 0.5, 3, True)
+    mask = tokenize(batch["prompts"], batch["responses"], tokenizer)["response_mask"].bool()
+    poisoned = {}
+    for name, values in (("old", old), ("ref_log_probs", penalties["ref_log_probs"]),
+                         ("sampler_log_probs", penalties["sampler_log_probs"])):
+        values = values.clone()
+        off = (~mask).nonzero().tolist()
+        for number, (row, column) in enumerate(off):
+            values[row, column] = (float("nan"), float("inf"), -float("inf"))[number % 3]
+        values[:, mask.shape[1]:] = float("nan")  # past the tokenized batch too
+        poisoned[name] = values
+    clean, clean_loss, _ = train_step(make_model(torch.float64), tokenizer, batch, 2,
+                                      **_arguments(method, "token", old), **penalties)
+    update, loss, _ = train_step(make_model(torch.float64), tokenizer, batch, 2,
+                                 **_arguments(method, "token", poisoned.pop("old")),
+                                 **{**penalties, **poisoned})
+    assert all(torch.equal(u, c) for u, c in zip(update, clean)) and torch.equal(loss, clean_loss)
+
+
 @pytest.mark.parametrize("change, argument", [
     ({"responses": ["3"] * 7}, "repeated_prompts|rollout_responses|repeated_ground_truths"),
     ({"group_size": 3}, "group_size"),

@@ -12,9 +12,11 @@ drawn, and a check that needs the reference is skipped and says so. It is a prac
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import os
+import stat
 import time
 import traceback
 from dataclasses import dataclass
@@ -25,8 +27,9 @@ import torch
 from autograder.trusted import core
 from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference
 from autograder.trusted.isolation import isolation_tier
+from autograder.trusted.parsing import parse
 from autograder.trusted.reference import copied_references, course_sources
-from autograder.trusted.results import write_results
+from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
 from autograder.trusted.submission import Submission
 from course.registry import STAGE_OF
@@ -46,8 +49,6 @@ STATUS_MESSAGES = {
     "not_callable": "{fn} is defined, but is not a function",
     "delegated": ("{fn} only calls the reference `course.{fn}`: write your own implementation "
                   "(calling the reference functions of earlier stages is fine)"),
-    "copied": ("{fn} is a copy of the reference `course.{fn}`: write your own implementation "
-               "(calling the reference functions of earlier stages is fine)"),
 }
 
 
@@ -80,16 +81,65 @@ def _visible_paths(submission: Submission) -> list[str]:
     return []
 
 
+MAX_SOURCE_FILES = 50  # .py files of a submission's folder read for copies
+MAX_SOURCE_BYTES = 2**22  # of each
+
+
+def _read_source(path: Path) -> str | None:
+    with contextlib.suppress(OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            return handle.read(MAX_SOURCE_BYTES).decode("utf-8", "replace")
+    return None
+
+
+def _imported_files(source: str, folder: Path, here: Path) -> list[Path]:
+    """The files that `source`'s imports would load from `folder` (absolute imports) or `here`,
+    the folder of the file itself (relative ones): `name.py`, `name/__init__.py`."""
+    try:
+        tree = parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    wanted = []  # (folder, module name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            wanted += [(folder, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            wanted.append((folder, node.module.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom):
+            wanted += [(here, name) for name in ([node.module.split(".")[0]] if node.module
+                                                 else [alias.name for alias in node.names])]
+    return [path for base, name in sorted(set(wanted))
+            for path in (base / f"{name}.py", base / name / "__init__.py")]
+
+
 def _sources(submission: Submission) -> list[str]:
-    """The submission's source text (read, never run), to look for pasted references."""
+    """The submission's source text (read, never run), to look for copies: a notebook's kept
+    statements; a .py file, or a module's `__init__`, and the files of its folder that their
+    imports load (the sandbox shows that folder)."""
     if submission.kind == "units":
         return ["\n".join(source for _, source in unit["statements"]) for unit in submission.units]
-    if submission.kind == "py":
-        with contextlib.suppress(OSError, ValueError):
-            fd = os.open(submission.target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as handle:
-                return [handle.read(2**22).decode("utf-8", "replace")]
-    return []
+    if submission.kind == "module" and submission.is_reference:
+        return []
+    folders = _visible_paths(submission)
+    if not folders:
+        return []
+    folder = Path(folders[0])
+    todo = [Path(submission.target)] if submission.kind == "py" else \
+        _imported_files(f"import {submission.target}", folder, folder)
+    texts, seen = [], set()
+    while todo and len(seen) < MAX_SOURCE_FILES:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        text = _read_source(path)
+        if text is not None:
+            texts.append(text)
+            todo += _imported_files(text, folder, path.parent)
+    return texts
 
 
 def _import_trusted() -> None:
@@ -109,6 +159,15 @@ class IsolationUnavailable(RuntimeError):
     """An official grading was asked for where no sandbox can start."""
 
 
+class GradingIncomplete(ResultsError):
+    """The grading did not complete, so there is no grade to write (the message says why)."""
+
+
+def incomplete_note(reasons: list[str]) -> str:
+    return ("GRADING DID NOT COMPLETE: this is not a grade (no results.json was written): "
+            + "; ".join(reasons))
+
+
 DEFAULT_TIME_LIMIT = 1200.0  # seconds for the whole grading (`--time-limit`)
 START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the one retry)
 
@@ -119,7 +178,7 @@ class Grader:
                  namespace: dict | None = None, official: bool = False,
                  time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None,
                  allow_reference: bool = False, stored_only: bool | None = None,
-                 isolation: str = "auto"):
+                 isolation: str = "auto", started_at: float | None = None):
         """`sandbox`: a template started ahead for this grading alone (batch grading starts the
         next submission's while one is graded); it must not be used for another grading.
         `allow_reference`: a pasted copy of the reference earns its points (an instructor checking
@@ -127,7 +186,8 @@ class Grader:
         `stored_only`: judge from the stored cases alone (None: when this is a student edition).
         `isolation`: "auto" (the first tier that holds here), "bubblewrap" or "landlock" (tier 2,
         `autograder.trusted.isolation`); where the one asked for does not hold, a practice grade,
-        never another tier."""
+        never another tier. `started_at`: the time.monotonic() the grading began (the process's
+        start, for the CLI): `time_limit` is wall time from then, restarts and waits included."""
         self.allow_reference = allow_reference
         self.stored_only = EDITION.exists() if stored_only is None else stored_only
         self.submission = submission
@@ -136,11 +196,13 @@ class Grader:
         self.memory_mb = memory_mb
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little") + 1000
         self.time_limit = time_limit
-        self.start_time = time.monotonic()
+        self.start_time = time.monotonic() if started_at is None else started_at
+        self.out_of_time = False  # the time limit stopped the grading before its last check
+        self.grader_errors: list[str] = []  # checks the grader itself could not judge
         self.in_process = namespace is not None
         self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
         self.stage_failures: dict[str, str] = {}
-        self.copied: set[str] = set()
+        self.copied: dict[str, str] = {}  # graded function -> why it is not graded
         self.practice: str | None = None  # why this grade is only a practice grade
         self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
         if self.in_process:
@@ -164,7 +226,7 @@ class Grader:
             self.runner = sandbox if fits else Sandbox(
                 ROOT, device, memory_mb, isolated=self.practice is None,
                 visible=_visible_paths(submission), tier=self.isolation_tier)
-            self.copied = set() if allow_reference else copied_references(_sources(submission))
+            self.copied = {} if allow_reference else copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
@@ -182,8 +244,8 @@ class Grader:
                     "autograder, no fresh inputs; checks that need the reference are skipped; "
                     f"{OFFICIAL_ELSEWHERE}. " + note)
         if self.allow_reference:
-            return note + ("; --allow-reference: copies of the reference earn points "
-                           "(an instructor's check of the solutions, not a student's grade)")
+            return ("NOT A STUDENT'S GRADE (--allow-reference, an instructor's check of the "
+                    "solutions): copies of the reference earn points. " + note)
         return note
 
     def _isolation(self) -> str:
@@ -211,10 +273,17 @@ class Grader:
             self.load_errors.extend(self.runner.start().get("errors", []))
             return
         for attempt in (1, 2):  # a start that times out under load is retried once
+            remaining = self._remaining()
+            if remaining <= 0:
+                self.out_of_time = True
+                return
             try:
-                self.runner.start(min(START_TIMEOUT * attempt, max(self._remaining(), 1.0)))
+                self.runner.start(min(START_TIMEOUT * attempt, remaining))
                 return
             except WorkerError as exc:
+                if exc.kind == "overloaded" and remaining < START_TIMEOUT * attempt:
+                    self.out_of_time = True  # the grading's clock ran out, not the sandbox
+                    return
                 if exc.kind == "overloaded" and attempt == 1:
                     continue
                 self.load_failure = (f"{exc} (tried twice; this says nothing about your code)"
@@ -244,11 +313,20 @@ class Grader:
             if self.isolation_tier == "landlock-seccomp" else 0
         client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks)
         for attempt in (1, 2):
-            client.load_timeout = min(START_TIMEOUT * attempt, max(self._remaining(), 1.0))
+            remaining = self._remaining()
+            if remaining <= 0:
+                self.out_of_time = True
+                client.close()
+                raise Fail(self._out_of_time_note())
+            client.load_timeout = min(START_TIMEOUT * attempt, remaining)
             try:
                 ready = client.start()
                 break
             except WorkerError as exc:
+                if exc.kind in ("timeout", "overloaded") and remaining < START_TIMEOUT * attempt:
+                    self.out_of_time = True
+                    client.close()
+                    raise Fail(self._out_of_time_note()) from None
                 if exc.kind == "crash" and self.runner.process is None and attempt == 1:
                     self.started = False  # the sandbox itself stopped: start it again
                     self._ensure_started()
@@ -269,23 +347,27 @@ class Grader:
     def request(self, message: dict, timeout: float | None = None) -> dict:
         self._ensure_started()
         function = message["function"]
+        if self.out_of_time:
+            raise Fail(self._out_of_time_note())
         if self.load_failure:
             raise Fail(self.load_failure)
         remaining = self._remaining()
         if remaining <= 0:
-            raise Fail(f"the whole grading ran past its time limit ({self.time_limit:.0f} s, "
-                       "`--time-limit`): this check was not run")
+            self.out_of_time = True
+            raise Fail(self._out_of_time_note())
         if function in self.broken:
             raise Fail(f"{function} was stopped in an earlier check: {self.broken[function]}")
-        if function in self.copied:
-            raise Fail(STATUS_MESSAGES["copied"].format(fn=function))
         stage = STAGE_OF[function]
         if stage in self.stage_failures:
             raise Fail(self.stage_failures[stage])
         runner = self.runner if self.in_process else self._stage_client(stage)
+        allowed = timeout or self.probe_timeout
         try:
-            response = runner.request(message, min(timeout or self.probe_timeout, remaining))
+            response = runner.request(message, min(allowed, remaining))
         except WorkerError as exc:
+            if exc.kind == "timeout" and remaining < allowed:  # the grading's clock, not the code's
+                self.out_of_time = True
+                raise Fail(self._out_of_time_note()) from None
             self.broken[function] = str(exc)
             raise Fail(f"{function}: {exc}") from None
         status = response.get("status")
@@ -295,6 +377,25 @@ class Grader:
                 message_text += " (problems while reading the submission: " + "; ".join(self.load_errors[:3]) + ")"
             raise Fail(message_text)
         return response
+
+    def _out_of_time_note(self) -> str:
+        return (f"the whole grading ran past its time limit ({self.time_limit:g} s, "
+                "`--time-limit`): this check was not run")
+
+    @property
+    def incomplete(self) -> list[str]:
+        """Why this grading did not complete (empty when it did): then it is no grade at all, and
+        no results.json is written (see `autograder.gradescope.run`)."""
+        reasons = []
+        if self.load_failure:
+            reasons.append(self.load_failure)
+        if self.out_of_time:
+            reasons.append(f"it ran past its time limit of {self.time_limit:g} s (`--time-limit`, "
+                           "wall time from the start) before every check was run")
+        if self.grader_errors:
+            reasons.append(f"the grader itself failed on {len(self.grader_errors)} check(s): "
+                           + "; ".join(self.grader_errors[:3]))
+        return reasons
 
     # ---- results ---------------------------------------------------------------------------
     def run_check(self, check: core.Check) -> dict:
@@ -328,10 +429,16 @@ class Grader:
             except Fail as exc:
                 self.verdicts[check.name] = (0.0, str(exc))
             except Exception as exc:  # a judge must never take the grader down
+                self.grader_errors.append(f"{check.name} ({type(exc).__name__}: {exc})")
                 self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
                                              f"({type(exc).__name__}: {exc}); {traceback.format_exc(limit=-2)}")
             finally:
                 STORED_ONLY.reset(blocked)
+            copied = self.copied.get(check.function)
+            if copied and self.verdicts[check.name][0] is not None:  # run all the same: the
+                # student sees what the checks say, and the sandbox meets whatever the code does
+                self.verdicts[check.name] = (0.0, f"{copied} (the check ran all the same: "
+                                                  f"{self.verdicts[check.name][1]})")
         return self.verdicts[check.name]
 
     def _record(self, check, score, output, started) -> dict:
@@ -349,7 +456,10 @@ class Grader:
         return sum(r["score"] for r in graded), sum(r["max_score"] for r in graded)
 
     def write_results(self, path: str | Path) -> None:
-        """Gradescope's results.json, escaped and written safely (`autograder.trusted.results`)."""
+        """Gradescope's results.json, escaped and written safely (`autograder.trusted.results`);
+        GradingIncomplete, writing nothing, for a grading that did not complete."""
+        if self.incomplete:
+            raise GradingIncomplete(incomplete_note(self.incomplete))
         score, _ = self.totals()
         seed = self.seed_note if self.stored_only else f"fresh-input seed {self.seed}"
         notes = [self.isolation_note, seed] + self.load_errors[:10]
@@ -359,10 +469,12 @@ class Grader:
             notes.insert(0, self.load_failure)
         tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
                  for r in self.results]
-        document = {"practice": bool(self.practice or self.in_process or self.stored_only),
-                    "score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
+        # extra_data: Gradescope keeps it with the result and shows it to no one
+        extra = {"practice": bool(self.practice or self.in_process or self.stored_only),
+                 "isolation_tier": self.isolation_tier, "allow_reference": self.allow_reference}
+        document = {"score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
                     "output": "\n".join(notes), "visibility": "visible",
-                    "stdout_visibility": "hidden", "tests": tests}
+                    "stdout_visibility": "hidden", "tests": tests, "extra_data": extra}
         write_results(document, path)
 
     @property

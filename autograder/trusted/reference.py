@@ -2,7 +2,7 @@
 
 The parent computes expected values with it. The sandboxed worker never gets the reference of the
 stage it grades (`course_sources` stubs it out), and a pasted copy is caught from the submission's
-source (`copied_references`). Notebook self-checks, which run in the student's own kernel, count
+source (`copied_references`: the copy rule, below, with its measured threshold). Notebook self-checks, which run in the student's own kernel, count
 calls into the reference instead (`counting_calls`): fine for practice, not a defence.
 """
 
@@ -11,14 +11,15 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import hashlib
 import importlib
 import json
 import pkgutil
 from collections import Counter
 from pathlib import Path
 
+from autograder.trusted.dynamic import dynamic_code
 from autograder.trusted.parsing import parse
+from autograder.trusted.similarity import containment, fingerprints, kgrams, tokens
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
 
 
@@ -126,6 +127,24 @@ def _stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
     return ast.unparse(tree)
 
 
+# Stage 2's given helper: its plain path (`logits_chunk_size=0`) must be the student's own
+# computation, so each function and method of the helper counts its calls in the module's
+# `__grader_calls__`, which the probes read around a plain-path call (`probes.GIVEN_HEAD`).
+GIVEN_HEAD = "course.chunked_head"
+COUNTER = "__grader_calls__"
+
+
+def _counted(source: str) -> str:
+    tree = parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body[:0] = parse(f"{COUNTER}[0] += 1").body
+    after = max((i + 1 for i, n in enumerate(tree.body)
+                 if isinstance(n, ast.ImportFrom) and n.module == "__future__"), default=0)
+    tree.body[after:after] = parse(f"{COUNTER} = [0]").body
+    return ast.unparse(tree)
+
+
 def course_sources(stage: str | None) -> dict[str, str]:
     """{module name: source} of `course`; graded modules of `stage` and later stages stubbed
     (stage None: the whole reference, for grading `course` itself)."""
@@ -135,97 +154,150 @@ def course_sources(stage: str | None) -> dict[str, str]:
         source = path.read_text(encoding="utf-8")
         if stage is not None and MODULE_STAGE.get(name, 0) >= STAGE_NUMBER[stage]:
             source = _stubbed(source)
-        sources[name] = source
+        sources[name] = _counted(source) if name == GIVEN_HEAD else source
     return sources
 
 
-class _Canonical(ast.NodeTransformer):
-    """Local names become v0, v1, ... in order of appearance; docstrings, annotations and the
-    text of strings go."""
-
-    def __init__(self):
-        self.names: dict[str, str] = {}
-
-    def _local(self, name: str) -> str:
-        return self.names.setdefault(name, f"v{len(self.names)}")
-
-    def visit_arg(self, node):
-        node.arg, node.annotation = self._local(node.arg), None
-        return node
-
-    def visit_Name(self, node):
-        if isinstance(node.ctx, ast.Store) or node.id in self.names:
-            node.id = self._local(node.id)
-        return node
-
-    def visit_Constant(self, node):
-        if isinstance(node.value, str):  # messages reworded do not make a copy one's own
-            node.value = ""
-        return node
-
-    def visit_JoinedStr(self, node):
-        return ast.Constant("")
-
-    def visit_FunctionDef(self, node):
-        node.returns, node.decorator_list = None, []
-        if node.body and isinstance(node.body[0], ast.Expr) \
-                and isinstance(node.body[0].value, ast.Constant):
-            node.body = node.body[1:] or [ast.Pass()]
-        self.generic_visit(node)
-        node.name = "f"
-        return node
+# ---- copies: the reference in another form ---------------------------------------------------
+# The rule, for a student's grade (`--allow-reference` lifts it for an instructor's check):
+#  1. dynamic code anywhere in the submission (`autograder.trusted.dynamic`: exec, eval, compile,
+#     unpacking, reflection): none of its graded functions is graded, since the code that runs is
+#     not the code that was read;
+#  2. a definition that, with the functions of the submission it calls, holds at least
+#     COPY_THRESHOLD of a graded function's reference fingerprints (`autograder.trusted.similarity`:
+#     winnowed canonical AST k-grams, so renaming, dead code and reordered statements do not hide
+#     it) makes that graded function a copy: 0 for it.
+# Measured (`benchmarks/bench_similarity.py`, benchmarks/README.md): honest independent
+# implementations in five styles and the release notebooks' given code hold at most 0.58 of any
+# reference (the tests' naive tokenizer, whose loop the task all but dictates; every other honest
+# share is under 0.40); mechanical near-copies (dead code after every statement, renamed,
+# reordered, all three) hold at least 0.96. 0.80 leaves 0.22 above the most similar honest work
+# and 0.16 below the least similar copy: a false flag costs a student points, a missed copy less.
+COPY_THRESHOLD = 0.8
 
 
-def fingerprint(function: ast.FunctionDef) -> str:
-    """The shape of a function's code with its local names, strings, docstring and annotations
-    erased: equal for a pasted (renamed, reworded) copy, different for code written independently."""
-    import copy
-
-    return ast.dump(_Canonical().visit(copy.deepcopy(function)), annotate_fields=False)
-
-
-def _definitions(source: str) -> list[ast.FunctionDef]:
+def definitions_in(source: str) -> tuple[ast.Module | None, list[ast.FunctionDef]]:
     try:
         tree = parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    return [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
+        return None, []
+    return tree, [node for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-def reference_fingerprints() -> dict[str, str]:
-    """{graded function: fingerprint of its reference}."""
+def reference_prints(salt: str = "") -> dict[str, list[str]]:
+    """{graded function: its reference's winnowed fingerprints, salted, sorted}."""
     prints = {}
     for name, module in HOME_MODULES.items():
         source = (COURSE_DIR / f"{module.split('.')[1]}.py").read_text(encoding="utf-8")
-        prints[name] = next(fingerprint(d) for d in _definitions(source) if d.name == name)
+        definition = next(d for d in definitions_in(source)[1] if d.name == name)
+        prints[name] = sorted(fingerprints(definition, salt))
     return prints
 
 
 # A student edition holds no reference of its unrevealed stages, only this: {"salt", "functions":
-# {graded function: salted SHA-256 of its reference's fingerprint}} (`course.edition` writes it).
+# {graded function: its reference's fingerprints, salted}} (`course.edition` writes it).
 STORED_FINGERPRINTS = COURSE_DIR.parent / "autograder" / "fixtures" / "fingerprints.json"
 
 
-def salted(print_: str, salt: str) -> str:
-    return hashlib.sha256((salt + print_).encode()).hexdigest()
-
-
-def _salted_reference_fingerprints() -> tuple[str, dict[str, str]]:
-    """(salt, {graded function: salted fingerprint}): stored in a student edition, else computed."""
+def _stored_prints() -> tuple[str, dict[str, set[str]]]:
+    """(salt, {graded function: fingerprints}): stored in a student edition, else computed."""
     if STORED_FINGERPRINTS.exists():
         stored = json.loads(STORED_FINGERPRINTS.read_text(encoding="utf-8"))
-        return stored["salt"], stored["functions"]
-    return "", {name: salted(value, "") for name, value in reference_fingerprints().items()}
+        return stored["salt"], {name: set(v) for name, v in stored["functions"].items()}
+    return "", {name: set(v) for name, v in reference_prints().items()}
 
 
-def copied_references(sources: list[str]) -> set[str]:
-    """The graded functions whose reference appears, pasted, among the definitions in `sources`."""
-    salt, prints = _salted_reference_fingerprints()
-    wanted = {value: name for name, value in prints.items()}
-    found = set()
+def with_callees(definition: ast.FunctionDef, by_name: dict) -> list[ast.FunctionDef]:
+    """`definition` and the submission's functions it calls by name, transitively."""
+    seen, todo = {id(definition): definition}, [definition]
+    while todo:
+        for node in ast.walk(todo.pop()):
+            callee = by_name.get(node.id) if isinstance(node, ast.Name) else None
+            if callee is not None and id(callee) not in seen:
+                seen[id(callee)] = callee
+                todo.append(callee)
+    return list(seen.values())
+
+
+def _where(tree: ast.Module, line: int) -> str:
+    enclosing = [node.name for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                 and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    return f"in `{enclosing[-1]}`" if enclosing else f"at top level (line {line})"
+
+
+def _dynamic_reason(tree: ast.Module) -> str | None:
+    found = dynamic_code(tree)
+    if not found:
+        return None
+    named = "; ".join(f"{what} {_where(tree, line)}" for line, what in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (f"the submission builds or reaches code at run time ({named}{more}): the code that "
+            "would run is not the code the grader read, so no graded function of it is graded; "
+            "write plain Python")
+
+
+def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
+                     prints: dict[str, set[str]] | None = None) -> dict[str, tuple[float, str]]:
+    """{graded function: (the largest share of its reference's fingerprints that one of
+    `definitions` holds with the functions it calls, that definition's name)}."""
+    prints = prints if prints is not None else _stored_prints()[1]
+    by_name = {d.name: d for d in definitions}
+    best = dict.fromkeys(prints, (0.0, ""))
+    for definition in definitions:
+        held = set().union(*(kgrams(tokens(d), salt) for d in with_callees(definition, by_name)))
+        for name, reference in prints.items():
+            share = containment(reference, held)
+            if share > best[name][0]:
+                best[name] = (share, definition.name)
+    return best
+
+
+def template_sources() -> dict[str, str]:
+    """{module: source} for the sandbox's template, which builds the model and tokenizer once:
+    `course.models` and the `course` modules it imports at its top level, transitively, with an
+    empty `course` package. No graded module may be among them (the template's modules outlive
+    it in every child), so one that is raises."""
+    sources, wanted, todo = course_sources(None), set(), ["course.models"]
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in sources:
+            continue
+        wanted.add(name)
+        for node in parse(sources[name]).body:  # top-level imports only: those run at import
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course."):
+                todo.append(node.module)
+            elif isinstance(node, ast.Import):
+                todo.extend(a.name for a in node.names if a.name.startswith("course."))
+    graded = wanted & set(STAGE_MODULES)
+    if graded:
+        raise RuntimeError(f"course.models imports graded modules {sorted(graded)}: the sandbox's "
+                           "template would hold their reference")
+    return {"course": "", **{name: sources[name] for name in sorted(wanted)}}
+
+
+def copied_references(sources: list[str]) -> dict[str, str]:
+    """{graded function: why it earns nothing} for each one that `sources` (the submission's code,
+    read, never run: its notebooks, or a .py and the files it imports) holds a copy of, or could
+    build at run time. A definition is read with the functions it calls from any of `sources`."""
+    salt, prints = _stored_prints()
+    found: dict[str, str] = {}
+    everything = []
     for source in sources:
-        for definition in _definitions(source):
-            name = wanted.get(salted(fingerprint(definition), salt))
-            if name is not None:
-                found.add(name)
+        tree, definitions = definitions_in(source)
+        if tree is None:
+            continue
+        everything += definitions
+        dynamic = _dynamic_reason(tree)
+        if dynamic:
+            for name in prints:
+                found.setdefault(name, dynamic)
+    for name, (share, holder) in reference_shares(everything, salt, prints).items():
+        if share >= COPY_THRESHOLD and name not in found:
+            found[name] = (f"{name} is a copy of the reference `course.{name}`: `{holder}` "
+                           f"holds {share:.0%} of its fingerprints (independent work holds "
+                           f"under {COPY_THRESHOLD:.0%}; renaming, dead code or reordering do "
+                           "not change it): write your own implementation (calling the "
+                           "reference functions of earlier stages is fine)")
     return found

@@ -118,12 +118,9 @@ class Sandbox:
             start_new_session=True, preexec_fn=before_exec)
         theirs.close()
         self.control = ours
-        from autograder.trusted.reference import course_sources
+        from autograder.trusted.reference import template_sources
 
-        setup = {"course": {name: source if name == "course.models" else ""
-                            for name, source in course_sources(None).items()
-                            if name in ("course", "course.models")},
-                 "limits": self._child_limits()}
+        setup = {"course": template_sources(), "limits": self._child_limits()}
         if self.tier == "bubblewrap":  # what a child could write, wiped before the next one
             setup["wipe"] = ["/tmp", "/dev/shm", isolation.HOME]
         elif self.tier == "landlock-seccomp":

@@ -30,14 +30,15 @@ class GradingSession:
                  memory_mb: int = 6144, seed: int | None = None, official: bool = False,
                  time_limit: float | None = None, sandbox=None,
                  allow_reference: bool = False, stored_only: bool | None = None,
-                 isolation: str = "auto"):
+                 isolation: str = "auto", started_at: float | None = None):
         from autograder.trusted import report, results  # noqa: F401  (before any student code)
 
         loaded = load_submission(submission, ROOT)
         self.grader = Grader(loaded, resolve_device(device), probe_timeout, memory_mb, seed,
                              official=official, time_limit=time_limit or DEFAULT_TIME_LIMIT,
                              sandbox=sandbox, allow_reference=allow_reference,
-                             stored_only=stored_only, isolation=isolation)
+                             stored_only=stored_only, isolation=isolation,
+                             started_at=started_at)
         target = Path(loaded.target)
         extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
         # in the sandbox nothing outside it is writable; without one, look for what changed
@@ -47,6 +48,8 @@ class GradingSession:
     def finish(self) -> list[str]:
         """Stop the worker; the files changed outside the submission (then every check scores 0)."""
         self.grader.close()
+        if self.grader.submission is not None:
+            self.grader.submission.cleanup()
         self.tampering = self.sentinel.restore() if self.sentinel else []
         if self.tampering:
             for result in self.grader.results:

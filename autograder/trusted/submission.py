@@ -8,9 +8,16 @@ stays exploration) — and drop everything else
 When several notebooks are given, a graded name defined with `def` wins over one merely imported.
 
 A notebook is hostile input too: any JSON shape, bytes that are not UTF-8, a cell nested too deeply
-for the parser, a huge cell or a hundred thousand of them. The work is bounded (file size, cells,
-characters parsed), a malformed cell or notebook costs only its own definitions, and each problem
-is reported with what was skipped; reading a submission never raises.
+for the parser, a huge cell or a hundred thousand of them. The work is bounded (file size, JSON
+values built, cells, characters parsed), a malformed cell or notebook costs only its own
+definitions, and each problem is reported with what was skipped; reading a submission never raises.
+The bound on JSON values bounds memory, not only bytes: 48 MB of nested empty lists would build
+16 million Python lists (1.5 GB) before anything could look at them.
+
+A .py submission runs in the sandbox's stage children, under user ids of their own, which cannot
+enter a folder only its owner may (an upload in a 0700 folder). So the trusted side reads it (no
+links followed, size-capped) into a private copy the children can read (`Submission.private`,
+removed when the grading ends); what cannot be read is `SubmissionUnreadable`, a usage error.
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ import ast
 import errno
 import json
 import os
+import re
+import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,10 +45,19 @@ MAX_CELL_CHARS = 256 * 2**10  # one code cell's source
 MAX_SOURCE_CHARS = 2 * 2**20  # code cells parsed, all notebooks together
 MAX_NOTEBOOKS = 100  # notebooks read from one folder
 MAX_REPORTED = 5  # skipped cells named one by one per notebook
+# JSON values (objects, lists, and the items they hold) in one notebook: the course's hold ~3,000
+MAX_JSON_VALUES = 1_000_000
+MAX_PY_BYTES = 4 * 2**20  # one .py file (the reference, all stages, is ~100 kB)
+MAX_PY_FILES = 50  # .py files copied beside a .py submission (its own helpers)
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 class NotebookError(ValueError):
     """A notebook that cannot be read at all (the message says why)."""
+
+
+class SubmissionUnreadable(ValueError):
+    """The trusted side cannot read the submission (a usage error: the message names the path)."""
 
 
 @dataclass
@@ -50,10 +69,16 @@ class Submission:
     units: list = field(default_factory=list)  # [{"name", "statements": [(label, source)]}]
     providers: dict = field(default_factory=dict)  # graded name -> unit index
     problems: list = field(default_factory=list)  # syntax errors etc., reported with each check
+    private: str | None = None  # the folder of a .py's private copy, removed by `cleanup`
 
     @property
     def is_reference(self) -> bool:
         return self.kind == "module" and self.target == "course"
+
+    def cleanup(self) -> None:
+        if self.private:
+            shutil.rmtree(self.private, ignore_errors=True)
+            self.private = None
 
     def to_request(self) -> dict:
         return {"kind": self.kind, "target": self.target, "units": self.units,
@@ -76,8 +101,8 @@ def _strip_magics(source: str) -> str:
                      for line in source.splitlines())
 
 
-def _read_bytes(path: Path, follow_links: bool) -> bytes:
-    """The file's bytes, at most MAX_NOTEBOOK_BYTES; never blocks on a pipe or reads a device."""
+def _read_bytes(path: Path, follow_links: bool, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
+    """The file's bytes, at most `limit`; never blocks on a pipe or reads a device."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
         descriptor = os.open(path, flags)
@@ -88,13 +113,27 @@ def _read_bytes(path: Path, follow_links: bool) -> bytes:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise NotebookError("it is not a regular file")
-        if info.st_size > MAX_NOTEBOOK_BYTES:
+        if info.st_size > limit:
             raise NotebookError(f"it is {info.st_size / 2**20:.0f} MB, over the limit of "
-                                f"{MAX_NOTEBOOK_BYTES // 2**20} MB")
-        return handle.read(MAX_NOTEBOOK_BYTES + 1)[:MAX_NOTEBOOK_BYTES]
+                                f"{limit / 2**20:g} MB")
+        return handle.read(limit + 1)[:limit]
+
+
+def json_values(data: bytes) -> int:
+    """How many JSON values `data` would build, at most: its commas and openings outside strings
+    (counted in them too, first, since that is cheap and nearly always under the limit)."""
+    rough = data.count(b",") + data.count(b"[") + data.count(b"{")
+    if rough <= MAX_JSON_VALUES:
+        return rough
+    skeleton = JSON_STRING.sub(b"", data)
+    return skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{")
 
 
 def _notebook_cells(data: bytes) -> list:
+    values = json_values(data)
+    if values > MAX_JSON_VALUES:
+        raise NotebookError(f"its JSON holds about {values:,} values, over the limit of "
+                            f"{MAX_JSON_VALUES:,} (a notebook's cells need far fewer)")
     try:
         notebook = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
@@ -215,16 +254,52 @@ def load_submission(spec: str | Path, root: Path) -> Submission:
         if not notebooks:
             py_files = sorted(path.glob("*.py"))
             if len(py_files) == 1:
-                return Submission("py", str(py_files[0].resolve()))
+                return _from_py(py_files[0])
             return Submission("units", str(path), problems=[f"no notebooks found in {path}"])
         return _from_notebooks(notebooks, str(path), follow_links=False)
     if path.suffix == ".ipynb" and path.exists():
         return _from_notebooks([path], str(path), follow_links=True)
     if path.suffix == ".py" and path.exists():
-        return Submission("py", str(path.resolve()))
+        return _from_py(path)
     if looks_like_module:
         return Submission("module", str(spec))
     return Submission("units", str(spec), problems=[f"submission {spec} not found"])
+
+
+def _read_py(path: Path, follow_links: bool) -> bytes:
+    try:
+        return _read_bytes(path, follow_links, MAX_PY_BYTES)
+    except NotebookError as exc:
+        raise SubmissionUnreadable(f"--submission {path}: cannot be read: {exc}") from None
+
+
+def _from_py(path: Path) -> Submission:
+    """A .py submission, copied (with the .py files beside it, its helpers) into a private folder
+    the sandbox's children can read whatever the upload's permissions."""
+    data = _read_py(path, follow_links=True)
+    private = tempfile.mkdtemp(prefix="submission-")
+    try:
+        os.chmod(private, 0o755)  # the stage children run under their own user ids
+        siblings = sorted(p for p in path.parent.glob("*.py") if p.name != path.name)
+        for sibling in siblings[:MAX_PY_FILES]:
+            try:
+                _write_copy(Path(private, sibling.name), _read_py(sibling, follow_links=False))
+            except SubmissionUnreadable:
+                continue  # a helper that is a link or too large is left out, as bwrap would
+        target = Path(private, path.name)
+        _write_copy(target, data)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return Submission("py", str(target), private=private)
+
+
+def _write_copy(path: Path, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, 0o644)  # whatever the umask
 
 
 def _from_notebooks(paths: list, target: str, follow_links: bool) -> Submission:
@@ -246,5 +321,10 @@ def _from_notebooks(paths: list, target: str, follow_links: bool) -> Submission:
         budget -= parsed
         units.append(unit)
         problems.extend(found)
-    return Submission("units", target, units=units, providers=_assign_providers(units),
+    # a notebook that provides no graded function (07, 08, a scratch notebook) is not loaded: a
+    # graded function lives in its own notebook's namespace, so nothing of that one can reach it
+    providers = _assign_providers(units)
+    kept = sorted(set(providers.values()))
+    return Submission("units", target, units=[units[index] for index in kept],
+                      providers={name: kept.index(index) for name, index in providers.items()},
                       problems=problems)

@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import shutil
+import sys
 import tempfile
 import time
 import weakref
@@ -18,12 +19,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils.checkpoint
 
 from autograder.protocol import wire
 from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
 
 MAX_DEPTH = 6
+_AUTOGRAD = torch._C._autograd  # where saved_tensors_hooks pushes its hooks, at each __enter__
+CHECKPOINT_FILE = torch.utils.checkpoint.__file__  # non-reentrant checkpointing's own hooks
 
 
 @dataclass
@@ -60,9 +64,17 @@ def to_plain(x, depth: int = 0):
     return {"__unsupported__": type(x).__name__}
 
 
+def _tensor_requires_grad(x: torch.Tensor) -> bool:
+    """Autograd's own flag: a tensor subclass may override `requires_grad` (a property that says
+    False) or intercept it in `__torch_function__`; the base class's descriptor, with torch
+    functions of subclasses disabled, reads what autograd will do."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return bool(torch._C.TensorBase.requires_grad.__get__(x))
+
+
 def _requires_grad(x, prefix: str = "") -> dict:
     if isinstance(x, torch.Tensor):
-        return {prefix: bool(x.requires_grad)}
+        return {prefix: _tensor_requires_grad(x)}
     flags = {}
     if isinstance(x, dict):
         for k, v in x.items():
@@ -79,7 +91,11 @@ class SavedBytes:
     model's parameters and buffers). Counted with `torch.autograd.graph.saved_tensors_hooks`, so it
     works on any device; what `torch.utils.checkpoint` recomputes is never handed to these hooks."""
 
-    def __init__(self, inputs):
+    def __init__(self, inputs, watch_hooks: bool = False):
+        """`watch_hooks`: name the saved-tensor hooks the code under test pushes (`foreign`); for a
+        submission only (the trusted side, which may measure in several threads, does not)."""
+        self.watch_hooks = watch_hooks
+        self.foreign: list[str] = []
         self.owned = {t.untyped_storage().data_ptr() for t in _owned_tensors(inputs)}
         self.saved = []  # (weak reference to the saved tensor, storage address, storage bytes)
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
@@ -92,9 +108,24 @@ class SavedBytes:
 
     def __enter__(self):
         self.hooks.__enter__()
+        if self.watch_hooks:
+            self._push = _AUTOGRAD._push_saved_tensors_default_hooks
+            _AUTOGRAD._push_saved_tensors_default_hooks = self._watched_push
         return self
 
+    def _watched_push(self, pack, unpack):
+        """Hooks pushed inside ours take precedence, so what they keep never reaches `_pack`:
+        only checkpointing's (which keep nothing, and recompute) are the student's to use; any
+        other is named in the answer (its code cannot claim checkpoint's file without building
+        code at run time, which the copy rule forbids)."""
+        code = getattr(pack, "__code__", None)
+        if getattr(code, "co_filename", None) != CHECKPOINT_FILE:
+            self.foreign.append(str(getattr(pack, "__qualname__", type(pack).__name__))[:100])
+        return self._push(pack, unpack)
+
     def __exit__(self, *exc):
+        if self.watch_hooks:
+            _AUTOGRAD._push_saved_tensors_default_hooks = self._push
         return self.hooks.__exit__(*exc)
 
     def total(self) -> int:
@@ -124,6 +155,14 @@ def get_path(output, path: str):
     return output
 
 
+GIVEN_HEAD = "course.chunked_head"  # its functions count their calls (trusted/reference.py)
+
+
+def _given_head_calls() -> int:
+    counter = getattr(sys.modules.get(GIVEN_HEAD), "__grader_calls__", None)
+    return counter[0] if isinstance(counter, list) and counter and type(counter[0]) is int else 0
+
+
 def _call_guarded(state: SubmissionState, name: str, fn):
     """Run fn(); report delegation if the reference `name` was called meanwhile."""
     state.reference_calls.clear()
@@ -147,17 +186,22 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
     measure = request.get("measure_cuda_memory") and torch.cuda.is_available()
 
     def run():
+        head_calls = _given_head_calls()
         if measure:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
-        saved = SavedBytes(kwargs) if request.get("count_saved_bytes") else contextlib.nullcontext()
+        saved = SavedBytes(kwargs, watch_hooks=True) if request.get("count_saved_bytes") \
+            else contextlib.nullcontext()
         with torch.no_grad() if request.get("no_grad") else contextlib.nullcontext(), saved:
             output = function(**kwargs)
         response = {"status": "ok", "output": to_plain(output),
                     "requires_grad": _requires_grad(output)}
+        if request.get("count_given_head"):
+            response["given_head_calls"] = _given_head_calls() - head_calls
         if request.get("count_saved_bytes"):
             response["saved_bytes"] = saved.total()
+            response["foreign_saved_hooks"] = saved.foreign[:10]
         backward = request.get("backward")
         if backward is not None:
             target = get_path(output, backward["path"])

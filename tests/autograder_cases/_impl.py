@@ -125,7 +125,11 @@ def build(bug: str = "") -> dict:
         if method != "noclip" and cliprange is None:
             raise ValueError(f"{method} needs cliprange")
         attached = bug == "noclip_old_attached" and method == "noclip"
-        log_r = policy_log_probs - (old_log_probs if attached else old_log_probs.detach())
+        old = old_log_probs if attached else old_log_probs.detach()
+        if bug != "masked_nan_gradient":  # masked before exp: an inf or nan there has no gradient
+            keep = mask.bool()
+            policy_log_probs, old = torch.where(keep, policy_log_probs, 0), torch.where(keep, old, 0)
+        log_r = policy_log_probs - old
         r = log_r.exp()
         meta = {}
         if method == "noclip":

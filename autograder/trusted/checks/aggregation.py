@@ -65,8 +65,8 @@ def token_mode(ctx) -> None:
             Mistake("per-micro-batch token normalization (dividing by this micro-batch's own token count)",
                     "divide by normalization_constant, the token count of the whole optimizer step",
                     lambda: sums.sum() / mask.sum()),
-            Mistake("an unmasked sum", "multiply by the mask before summing",
-                    lambda: loss.sum() / STEP_TOKENS)])
+            Mistake("an unmasked sum", "select the response tokens before summing: "
+                    "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / STEP_TOKENS)])
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -77,7 +77,8 @@ def constant_mode(ctx) -> None:
         compare_scalar(_call(ctx, run.inputs, "constant", 24.0), float(run.expected[2]), "constant-normalized loss", [
             Mistake("a masked mean instead of the masked sum over the constant", "divide the masked sum by the constant",
                     lambda: sums.sum() / mask.sum()),
-            Mistake("an unmasked sum", "multiply by the mask before summing", lambda: loss.sum() / 24.0)])
+            Mistake("an unmasked sum", "select the response tokens before summing: "
+                    "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / 24.0)])
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -92,6 +93,11 @@ def padding_does_not_leak(ctx) -> None:
         inputs = {**run.inputs, "per_token_policy_gradient_loss": loss}
         for mode, constant, index in (("sequence", None, 0), ("token", STEP_TOKENS, 1), ("constant", 24.0, 2)):
             got = scalar(_call(ctx, inputs, mode, constant), f"the {mode}-normalized loss")
+            clean = scalar(_call(ctx, run.inputs, mode, constant), f"the {mode}-normalized loss")
+            if math.isfinite(got) and not math.isclose(clean, float(run.expected[index]),
+                                                       rel_tol=1e-9, abs_tol=1e-12):
+                raise Fail(f"the {mode}-normalized loss is wrong already without inf/nan at masked "
+                           f"positions (see the '{mode}:' check): nothing leaks, fix that one first")
             if not math.isfinite(got):
                 raise Fail(f"with nan/inf at masked-out positions the {mode}-normalized loss is {got}: "
                            "0·nan and 0·inf are nan, so multiplying by the mask leaks them; fix: select "

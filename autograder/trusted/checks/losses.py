@@ -154,9 +154,35 @@ def pg_noclip(ctx) -> None:
     judge_cases(ctx, f"{PG}/batch", judge)
 
 
-@check(PG, "grpo: −min(r·A, clip(r, 1−ε, 1+ε)·A)", points=2)
+@check(PG, "grpo: −min(r·A, clip(r, 1−ε, 1+ε)·A)", points=1)
 def pg_grpo(ctx) -> None:
     judge_cases(ctx, f"{PG}/batch", lambda run: _pg_judge(ctx, "grpo", run))
+
+
+@check(PG, "masked positions never leak into the gradient, even when they hold inf or nan", points=1)
+def pg_masked_inputs(ctx) -> None:
+    """Selecting the loss after exp keeps its value finite, but backward through exp of an inf or
+    nan at a masked position is 0·∞ = nan: the inputs must be masked before the ratio."""
+    run = ctx.fresh_case(f"{PG}/batch")
+    mask = run.inputs["response_mask"].bool()
+    poisoned = run.inputs["old_log_probs"].clone()
+    for number, (row, column) in enumerate((~mask).nonzero().tolist()):
+        poisoned[row, column] = (math.nan, math.inf, -math.inf)[number % 3]
+    cotangent = mask.double()
+    for method in ("noclip", "grpo", "gspo", "cispo"):
+        kwargs = {**run.inputs, "importance_reweighting_method": method, "cliprange": EPS}
+        expected = _reference_gradient(PG, kwargs, "policy_log_probs", 0, cotangent)
+        response = ctx.call(PG, {**kwargs, "old_log_probs": poisoned}, grad_wrt=["policy_log_probs"],
+                            backward={"path": "0", "cotangent": cotangent})
+        grad = response.get("grads", {}).get("policy_log_probs")
+        if grad is None:
+            raise Fail(f"{method}: the loss has no gradient with respect to policy_log_probs")
+        if not torch.isfinite(grad).all():
+            raise Fail(f"{method}: with inf/nan in old_log_probs at masked-out positions the gradient "
+                       "holds nan: selecting the loss afterwards keeps its value finite, but backward "
+                       "through exp(nan) or exp(inf) is 0·∞ = nan; fix: select the inputs with "
+                       "torch.where(mask, old_log_probs, 0) (and log π) BEFORE computing the ratio")
+        compare(grad, expected, f"{method}: d(Σ masked loss)/d log π with inf/nan at masked-out positions")
 
 
 def _clip_mistakes(inputs: dict, key: str) -> list:

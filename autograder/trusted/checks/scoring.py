@@ -126,10 +126,26 @@ def _log_prob_mistakes(inputs: dict, expected: torch.Tensor) -> list:
     ]
 
 
+def _plain_path(ctx, inputs: dict, **options) -> dict:
+    """The answer of the plain path (`inputs` leave logits_chunk_size to the model's config, 0),
+    which must be the student's own: a call
+    into the given chunked head (`course.chunked_head`, which counts its calls) fails the check."""
+    response = ctx.call(LOG_PROBS, inputs, count_given_head=True, **options)
+    calls = response.get("given_head_calls")
+    if type(calls) is not int:  # the worker's answer is data to check, not to trust
+        raise Fail(f"the count of calls into the chunked head came back as {calls!r}")
+    if calls:
+        raise Fail("with logits_chunk_size=0 (the plain path) your function called the given "
+                   "chunked head course.chunked_head: the plain path is yours to write "
+                   "(model(input_ids).logits, gather the labels' logits, subtract logsumexp); "
+                   "the chunked head is for logits_chunk_size > 0 only")
+    return response
+
+
 @check(LOG_PROBS, "log_probs match the reference and carry gradient", points=2)
 def log_prob_values(ctx) -> None:
     def judge(run):
-        response = ctx.call(LOG_PROBS, run.inputs)
+        response = _plain_path(ctx, run.inputs)
         log_probs = field(response["output"], "log_probs", f"the result of {LOG_PROBS}")
         compare(log_probs, run.expected["log_probs"], "log_probs",
                 _log_prob_mistakes(run.inputs, run.expected["log_probs"]), MODEL)
@@ -142,7 +158,7 @@ def log_prob_values(ctx) -> None:
 @check(LOG_PROBS, "token_entropy matches and is computed without autograd", points=1)
 def token_entropy(ctx) -> None:
     def judge(run):
-        response = ctx.call(LOG_PROBS, run.inputs)
+        response = _plain_path(ctx, run.inputs)
         entropy = field(response["output"], "token_entropy", "the result with return_token_entropy=True")
         compare(entropy, run.expected["token_entropy"], "token_entropy", [
             Mistake("entropy of the label distribution's log-prob (−log π)", "use compute_entropy on the logits",
@@ -187,7 +203,7 @@ def half_precision(ctx) -> None:
         logits = model(ids).logits.cpu()  # (B, T, V) bf16
         expected = scored(model, ids, labels)["log_probs"].cpu()  # float32
     half = torch.log_softmax(logits, -1).gather(-1, inputs["labels"].unsqueeze(-1)).squeeze(-1)
-    got = tensor(field(ctx.call(LOG_PROBS, inputs, no_grad=True)["output"], "log_probs", "the result"), "log_probs")
+    got = tensor(field(_plain_path(ctx, inputs, no_grad=True)["output"], "log_probs", "the result"), "log_probs")
     if got.dtype != torch.float32:
         raise Fail(f"log_probs of a bfloat16 model are {got.dtype}: this looks like the log-softmax "
                    "materialized in half precision; fix: upcast the logits with .float() before logsumexp")
@@ -254,9 +270,13 @@ def chunked_saved_bytes(ctx) -> None:
         raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")
     chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
     allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16  # + (B, T) vectors
-    saved = response.get("saved_bytes")
+    saved, hooks = response.get("saved_bytes"), response.get("foreign_saved_hooks")
     if type(saved) is not int or saved < 0:  # the worker's answer is data to check, not to trust
         raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte count")
+    if not isinstance(hooks, list) or hooks:
+        raise Fail(f"your code installs saved-tensor hooks of its own ({hooks!r}): what they keep "
+                   "for backward is hidden from the count; recompute each chunk with "
+                   "torch.utils.checkpoint or a custom autograd.Function instead")
     if saved > allowed:
         raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
                    f"more than the decoder's activations plus about one chunk of logits "

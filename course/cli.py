@@ -1,0 +1,93 @@
+"""The course's command lines: argparse options from a dataclass, and one-line usage errors.
+
+Every `python -m course.*` command parses and checks its arguments with these before it imports
+torch (seconds), so a mistyped flag is answered at once, by one line that names the flag:
+
+    course.train: error: argument --steps: must be >= 0, got -1 (see --help)
+
+instead of the full usage text with the message at its end (argparse's default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import fields
+from typing import NoReturn
+
+USAGE_ERROR = 2  # argparse's exit status for a usage error
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr with a pointer to --help.
+    Abbreviations are refused: `--loss` must not pass for `--losses`."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(**kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        name = self.prog.removeprefix("python -m ")
+        self.exit(USAGE_ERROR, f"{name}: error: {message} (see --help)\n")
+
+
+def field_help(config_class) -> dict[str, str]:
+    """The docstring written under each dataclass field, by field name."""
+    tree = ast.parse(inspect.getsource(config_class))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)):
+            docs[node.target.id] = following.value.value
+    return docs
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=(),
+                         types=None) -> None:
+    """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped by its docstring."""
+    docs, choices, types = field_help(config_class), choices or {}, types or {}
+    for field in (f for f in fields(config_class) if f.name not in exclude):
+        default = field.default
+        help_text = f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})"
+        if isinstance(default, bool):  # --flag / --no-flag
+            parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, default=default,
+                                action=argparse.BooleanOptionalAction, help=help_text)
+            continue
+        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
+                            type=types.get(field.name, type(default)),
+                            default=default, choices=choices.get(field.name), help=help_text)
+
+
+def flag_type(kind: type, problem: Callable[[object], str | None]) -> Callable[[str], object]:
+    """An argparse `type=`: convert with `kind`, then refuse what `problem` objects to."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if message := problem(value):
+            raise argparse.ArgumentTypeError(message)
+        return value
+    return parse
+
+
+
+def out_of_range(value: float, low: float, inclusive: bool) -> str | None:
+    """Why `value` is not a finite number above `low` (or at it, when `inclusive`); None when it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if value < low or (value == low and not inclusive):
+        return f"must be {'>=' if inclusive else '>'} {low}, got {value}"
+    return None
+
+
+def bounded_types(config_class, bounds: dict[str, tuple[float, bool]]) -> dict[str, Callable]:
+    """argparse `type=` functions refusing, for each field of `bounds`, a value below its
+    (lowest value, whether that value is allowed)."""
+    return {name: flag_type(type(getattr(config_class, name)),
+                            lambda value, bound=bound: out_of_range(value, *bound))
+            for name, bound in bounds.items()}

@@ -1,0 +1,311 @@
+"""What one GRPO run depends on (`TrainConfig`), the values each field allows, and the command line
+`python -m course.train` that sets them, all torch-free: a bad flag is a one-line usage error
+before torch loads (`course.cli`); `course.train.train` runs the loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from course.cli import Parser, add_config_arguments, bounded_types, flag_type, out_of_range
+from course.registry import STAGE_NAMED, STAGE_OF
+from course.variants import (
+    BASELINES,
+    IS_LEVELS,
+    IS_MODES,
+    KL_ESTIMATORS,
+    LOSS_NORMALIZATIONS,
+    MODEL_DTYPES,
+    NORMALIZERS,
+    OVERLONG,
+    PG_METHODS,
+    TASKS,
+)
+
+WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a student edition's folder holds edition.json
+LOSSES = PG_METHODS
+NORMALIZATIONS = LOSS_NORMALIZATIONS
+CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
+           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS,
+           "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
+           "is_mode": IS_MODES}
+# The lowest value of each numeric option, and whether that value itself is allowed.
+LOWER_BOUNDS = {
+    "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
+    "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
+    "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
+    "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
+    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
+    "threads": (0, True), "lora_rank": (0, True), "logits_chunk_size": (0, True),
+    "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True), "entropy_coef": (0, True),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything one GRPO run depends on; `python -m course.train --help` lists it."""
+
+    checkpoint: str = str(WARM_START)
+    """Folder with the starting policy and tokenizer (`save_model_and_tokenizer` format)."""
+    steps: int = 500
+    """Rollout batches (each followed by `updates_per_rollout` optimizer steps)."""
+    prompts_per_step: int = 8
+    """Problems per rollout batch, over all ranks; must divide evenly among them."""
+    group_size: int = 8
+    """G: responses sampled per problem; advantages compare a response with its group."""
+    lr: float = 1e-4
+    """AdamW learning rate, constant; ten times below the warm start's 1e-3. At 2e-4 (8 x 8 rollouts
+    per step) greedy accuracy fell from 0.93 to 0.69: the policy collapsed onto wrong answers."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    loss: str = "grpo"
+    """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo, cispo."""
+    cliprange: float = 0.2
+    """ε of the clipped losses (grpo, gspo, cispo)."""
+    normalization: str = "sequence"
+    """Loss normalization: sequence (GRPO), token (DAPO), constant (Dr. GRPO)."""
+    normalization_constant: float = 0.0
+    """C for constant normalization; 0 means rollouts per step × max_new_tokens."""
+    baseline: str = "mean"
+    """Advantage baseline: mean (GRPO) or none (rejection-sampling fine-tuning)."""
+    advantage_normalizer: str = "std"
+    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
+    updates_per_rollout: int = 1
+    """Optimizer steps per rollout batch; above 1 the policy moves off the sampler and clipping acts."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step on each rank; the update does not depend on it."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this (0 disables clipping)."""
+    max_new_tokens: int = 16
+    """Longest response; a complete answer takes 7 or 8 tokens."""
+    temperature: float = 1.0
+    """Sampling temperature τ of the rollouts; the sampler, π_old, π_θ and the reference are all scored as
+    softmax(logits / τ), the distribution sampled from (held-out accuracy stays sampled at 1)."""
+    sampler_dtype: str = "float32"
+    """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
+    tis_cap: float = 2.0
+    """Cap of the truncated importance weights min(π_old/π_sampler, cap) that correct the loss for a
+    bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
+    kl_beta: float = 0.0
+    """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
+    kl_estimator: int = 2
+    """Estimator of the KL penalty: 0 (k1 = δ), 1 (k2 = δ²/2), 2 (k3 = exp(−δ) − 1 + δ), 3 (ratio·δ)."""
+    eval_problems: int = 500
+    """Held-out problems for the accuracy reports (at least 200 for the course's bar)."""
+    eval_samples: int = 4
+    """Samples per held-out problem for the sampled (temperature 1) accuracy."""
+    eval_every: int = 100
+    """Evaluate every this many steps (0: only before and after training)."""
+    seed: int = 0
+    """Seeds the problem order, the rollout sampling and torch."""
+    device: str = "cpu"
+    """Where the policy, the reference and the sampler live: cpu, cuda, cuda:N or auto (cuda where torch sees one)."""
+    threads: int = 1
+    """torch CPU threads per process (0: torch's default). A 1M-parameter model runs fastest on one:
+    its matrices are too small to split, and on a busy machine extra threads wait on each other."""
+    model: str = ""
+    """A Hugging Face causal LM to train instead of --checkpoint: a local folder, or a hub id with --allow-download."""
+    allow_download: bool = False
+    """Let --model and --data name something on the Hugging Face hub, and download it."""
+    model_dtype: str = "float32"
+    """Weights of --model: float32, bfloat16 (log-probs are still float32) or float16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (less memory, about a third more compute)."""
+    lora_rank: int = 0
+    """Train LoRA adapters of this rank instead of every weight (0: full fine-tuning; needs .[lora])."""
+    logits_chunk_size: int = 0
+    """Positions per output-head tile when scoring (course.chunked_head; 0: the plain head; not under DDP)."""
+    task: str = "addition"
+    """What to train on: addition (synthetic) or gsm8k (GSM8K-format problems from --data)."""
+    data: str = ""
+    """For --task gsm8k: a GSM8K-format JSONL file, or a hub dataset name with --allow-download."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (within --dynamic-sampling-tolerance) before the update (DAPO)."""
+    dynamic_sampling_tolerance: float = 1e-6
+    """A group is constant when max − min of its rewards is at most this."""
+    overlong: str = "none"
+    """Truncated responses: none, filter (no policy-gradient term) or soft (DAPO's length penalty)."""
+    overlong_buffer: int = 4
+    """L_c of the soft overlong penalty: it ramps from 0 to −1 over the last this many tokens."""
+    is_level: str = "token"
+    """Importance ratio of the sampler correction: token, sequence (product) or geometric (mean)."""
+    is_mode: str = "truncate"
+    """Above --tis-cap: truncate (min(ρ, cap)) or mask (weight 0)."""
+    entropy_coef: float = 0.0
+    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.entropy_bonus; 0: none)."""
+
+
+class ConfigError(ValueError):
+    """A bad value of one TrainConfig field; `field` names it (the command line names its flag)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field} {message}")
+        self.field, self.message = field, message
+
+
+def _cuda_available() -> bool:
+    import torch  # only for a CUDA device: a CPU run's flags are checked without torch
+
+    return torch.cuda.is_available()
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` cannot hold the run (None when it can)."""
+    if device == "auto":  # resolved when the run starts (course.train.resolve_device)
+        return None
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        return f"must be cpu, cuda or cuda:N, got {device!r}"
+    if kind == "cuda" and not _cuda_available():
+        return f"{device!r}: torch sees no CUDA device (torch.cuda.is_available() is False)"
+    return None
+
+
+def checkpoint_problem(folder: str) -> str | None:
+    """Why `folder` is not a saved policy (None when it is one)."""
+    if not Path(folder).is_dir():
+        return f"{folder!r} is not a folder"
+    if not (Path(folder) / "config.json").is_file():
+        return f"{folder!r} holds no saved model (no config.json; see save_model_and_tokenizer)"
+    return None
+
+
+def model_source_problem(source: str, allow_download: bool) -> str | None:
+    """Why `source` cannot be loaded (None when it can): a folder needs a config.json; anything
+    else is a hub id, loaded only with `allow_download`."""
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            return f"{source!r} holds no saved model (no config.json)"
+        return None
+    if allow_download:
+        return None
+    return (f"{source!r} is not a local folder; to download it from the Hugging Face hub, "
+            "pass --allow-download (nothing downloads without it)")
+
+
+def data_problem(config: TrainConfig) -> str | None:
+    """Why --data cannot feed --task (None when it can)."""
+    if config.task == "addition":
+        return "is only read by --task gsm8k" if config.data else None
+    if not config.data:
+        return "is needed by --task gsm8k: a GSM8K-format JSONL file"
+    if not Path(config.data).is_file() and not config.allow_download:
+        return (f"{config.data!r} is not a file; to download a hub dataset, pass --allow-download "
+                "(nothing downloads without it)")
+    return None
+
+
+def validate(config: TrainConfig, world_size: int) -> None:
+    """Raise ConfigError naming the first field whose value cannot run."""
+    for name, allowed in CHOICES.items():
+        if getattr(config, name) not in allowed:
+            raise ConfigError(name, f"must be one of {allowed}, got {getattr(config, name)!r}")
+    for name in LOWER_BOUNDS:
+        if problem := out_of_range(getattr(config, name), *LOWER_BOUNDS[name]):
+            raise ConfigError(name, problem)
+    model_problem = model_source_problem(config.model, config.allow_download) if config.model else None
+    for name, problem in (("device", device_problem(config.device)),
+                          ("checkpoint", checkpoint_problem(config.checkpoint)),
+                          ("model", model_problem), ("data", data_problem(config))):
+        if problem:
+            raise ConfigError(name, problem)
+    if config.prompts_per_step % world_size:
+        raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must divide among {world_size} ranks")
+    rows = config.prompts_per_step // world_size * config.group_size
+    if config.gradient_accumulation_steps > rows:
+        raise ConfigError("gradient_accumulation_steps", f"({config.gradient_accumulation_steps}) must be at most "
+                          f"the {rows} rollouts each rank trains on per step")
+    if config.logits_chunk_size and (world_size > 1 or config.lora_rank):
+        raise ConfigError("logits_chunk_size", "must be 0 under data parallelism or with LoRA (the chunked "
+                          "head bypasses the forward that DDP and peft wrap)")
+    if config.entropy_coef and world_size > 1:
+        raise ConfigError("entropy_coef", "must be 0 under data parallelism (the bonus's backward runs "
+                          "outside the train step's DDP synchronization)")
+    if config.overlong == "soft" and config.overlong_buffer > config.max_new_tokens:
+        raise ConfigError("overlong_buffer", f"({config.overlong_buffer}) must be at most max_new_tokens "
+                          f"({config.max_new_tokens})")
+    if config.group_size < 2 and config.advantage_normalizer == "std":
+        raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
+
+
+def temperature_problem(train_step) -> str | None:
+    """Why `train_step` cannot train on rollouts sampled at a temperature (None when it can)."""
+    parameters = inspect.signature(train_step).parameters
+    if "temperature" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
+            "temperature; the grpo_train_step of your notebooks takes no temperature (see 06_train_step)")
+
+
+def flag_types(config_class=TrainConfig) -> dict:
+    """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
+    return {**bounded_types(config_class, LOWER_BOUNDS), "device": flag_type(str, device_problem),
+            "checkpoint": flag_type(str, checkpoint_problem)}
+
+
+def stages_of(names: tuple[str, ...]) -> str:
+    """"3_advantages, 4_losses": the stages of the graded functions `names`, in course order."""
+    return ", ".join(key for key in STAGE_NAMED if key in {STAGE_OF[name] for name in names})
+
+
+def edition_notebooks(missing: tuple[str, ...], root: Path = PACKAGE_ROOT) -> Path:
+    """The notebooks to train with when the reference of the graded functions `missing` is not
+    here and no --notebooks was given: a student edition's own `notebooks/`. Raises ValueError
+    naming --notebooks where `root` is no edition or holds no notebooks."""
+    folder = root / "notebooks"
+    if not (root / "edition.json").is_file() or not any(folder.glob("*.ipynb")):
+        raise ValueError(f"the reference of stage {stages_of(missing)} is not here, and {folder} "
+                         "holds no notebooks: give --notebooks DIR, the folder of your notebooks")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m course.train`: check every flag, then import torch and train."""
+    parser = Parser(
+        prog="python -m course.train", description="End-to-end GRPO: the course's stages, "
+        "assembled into a loop that learns on a laptop CPU.",
+        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on CPU).")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
+                             "(default: write nothing, print the summary)")
+    parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
+                        help="train with your own stages, read from the notebooks in DIR (stages "
+                             "not written yet use the reference where it is available)")
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
+    args = vars(parser.parse_args(argv))
+    out, notebooks = args.pop("out"), args.pop("notebooks")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    try:  # what no single flag decides: values that must fit together, and the world size
+        validate(TrainConfig(**args), world_size)
+    except ConfigError as error:
+        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
+
+    from course import train as loop  # torch from here on; loaded before the learner's stand in
+    from course.implementations import StageNotWritten, load_implementations, missing_references
+
+    implementations = None
+    missing = missing_references()
+    if notebooks is None and missing:  # a student edition: train with the learner's stages
+        try:
+            notebooks = edition_notebooks(missing)
+        except ValueError as error:
+            parser.error(f"argument --notebooks: {error}")
+        print(f"this student edition has not revealed stage {stages_of(missing)}: training "
+              f"with your notebooks in {notebooks} (--notebooks DIR for another folder)")
+    if notebooks is not None:
+        try:
+            implementations = load_implementations(notebooks)  # stands in for the loop's stubs too
+        except (FileNotFoundError, StageNotWritten) as error:
+            parser.error(f"argument --notebooks: {error}")
+        print(implementations.table())
+        if problem := temperature_problem(implementations["grpo_train_step"]):
+            parser.error(f"argument --temperature: {problem}")
+    summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
+    if summary:
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))

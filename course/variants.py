@@ -1,0 +1,21 @@
+"""The names of the variants the course's stages implement, torch-free so that a command line can
+check a flag before torch loads (`course.cli`).
+
+Each name is defined by the module that implements it: the advantage baselines and normalizers by
+`course.advantages` (GRPO, Shao et al. 2024, arXiv 2402.03300; Dr. GRPO; MaxRL), the
+policy-gradient losses and KL estimators by `course.losses`, the loss normalizations by
+`course.aggregation` (GRPO's sequence mean, DAPO's token mean, Dr. GRPO's constant); the
+importance-sampling levels and modes by `course.importance`, the overlong handlings by
+`course.filters`, the weight precisions of a Hugging Face model by `course.models`.
+"""
+
+BASELINES = ("mean", "none")
+NORMALIZERS = ("std", "mean", "none")
+PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
+KL_ESTIMATORS = (0, 1, 2, 3)  # k1, k2, k3, ratio·k1: see `course.losses.estimate_kl`
+LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
+IS_LEVELS = ("token", "sequence", "geometric")  # see `course.importance.importance_weights`
+IS_MODES = ("truncate", "mask")
+OVERLONG = ("none", "filter", "soft")  # see `course.filters`
+MODEL_DTYPES = ("float32", "bfloat16", "float16")  # see `course.models.load_pretrained`
+TASKS = ("addition", "gsm8k")  # see `course.tasks`, `course.gsm8k`

@@ -1,0 +1,198 @@
+"""Official grading in Gradescope's own container, for real (`python -m autograder.gradescope
+rehearse`): Docker's default security (no user namespaces, so bubblewrap cannot start), no network,
+768 MB of memory and half a CPU for every process of the grading together.
+
+The base image is a Debian root filesystem made with debootstrap from the archive apt uses here
+(no container registry is needed) and imported into Docker; a base image of that name that exists
+is reused. A `dockerd` that is not running is started for the run and stopped after it. Both
+bundles (the students' and the check bundle of `--allow-reference`) are built on it; they share
+the layer that installs the Python environment, so the second costs seconds. Each case is a fresh
+container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
+Each step's time is printed (`-s` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.gradescope import build
+from autograder.rehearsal import build_image, run_submission, table
+from autograder.trusted import checks  # noqa: F401  (registers the checks)
+from autograder.trusted.core import CHECK_NAMED
+from course.registry import POINTS
+
+pytestmark = [pytest.mark.container, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_IMAGE = "grpo-base:bookworm"
+BASE_PACKAGES = "python3,python3-venv,python3-pip,libseccomp2,bubblewrap,ca-certificates"
+LIMITS = {"memory": "768m", "cpus": "0.5"}  # Gradescope's defaults
+TOTAL = float(sum(POINTS.values()))
+TIERS = ("bubblewrap", "landlock-seccomp")
+
+
+def _timed(step: str, started: float) -> None:
+    print(f"[container] {step}: {time.monotonic() - started:.1f} s")
+
+
+def _docker_up() -> bool:
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def docker(tmp_path_factory):
+    """A running dockerd: the one that runs, or one started for this module and stopped after it."""
+    if shutil.which("docker") is None:
+        pytest.skip("docker is not installed (Debian: apt-get install docker.io; .ci/run does)")
+    if _docker_up():
+        yield
+        return
+    if shutil.which("dockerd") is None or os.geteuid() != 0:
+        pytest.skip("dockerd is not running and this user cannot start it")
+    log = (tmp_path_factory.mktemp("dockerd") / "dockerd.log").open("w")
+    daemon = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(120):
+            if _docker_up():
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("dockerd did not start within 60 s")
+        yield
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        log.close()
+
+
+def debian_mirror() -> str:
+    """The Debian archive apt on this machine uses (deb822 .sources or a sources.list line)."""
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for line in path.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*.list")]:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                parts = line.split()
+                if parts[:1] == ["deb"] and "security" not in line:
+                    return next(p for p in parts[1:] if "://" in p)
+    return "http://deb.debian.org/debian"
+
+
+@pytest.fixture(scope="module")
+def base_image(docker, tmp_path_factory) -> str:
+    """Debian bookworm from debootstrap, imported as BASE_IMAGE (reused where it exists)."""
+    if subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode == 0:
+        return BASE_IMAGE
+    if shutil.which("debootstrap") is None or os.geteuid() != 0:
+        pytest.skip("no base image and no root debootstrap to make one (.ci/run installs it)")
+    started = time.monotonic()
+    rootfs = tmp_path_factory.mktemp("rootfs")
+    subprocess.run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm",
+                    str(rootfs), debian_mirror()], check=True, capture_output=True, timeout=1800)
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "import", "-", BASE_IMAGE], stdin=tar.stdout, check=True,
+                   capture_output=True, timeout=600)
+    tar.wait()
+    shutil.rmtree(rootfs, ignore_errors=True)
+    _timed("debootstrap and docker import of the base image", started)
+    return BASE_IMAGE
+
+
+@pytest.fixture(scope="module")
+def images(base_image, tmp_path_factory) -> dict[str, str]:
+    """{"student": image of the students' bundle, "check": of the --allow-reference bundle}."""
+    folder = tmp_path_factory.mktemp("bundles")
+    made = {}
+    for kind in ("student", "check"):
+        started = time.monotonic()
+        bundle = folder / f"{kind}.zip"
+        build(bundle, allow_reference=kind == "check")
+        made[kind] = build_image(bundle, base_image)
+        _timed(f"docker build of the {kind} bundle", started)
+    return made
+
+
+def _grade(image: str, submission: Path) -> dict:
+    started = time.monotonic()
+    outcome = run_submission(image, submission, **LIMITS)
+    lines = table(outcome)
+    print("\n".join(lines))
+    _timed(f"grading {submission.name}", started)
+    outcome["table"] = "\n".join(lines)
+    return outcome
+
+
+def _independent(folder: Path, hog: bool = False) -> Path:
+    """A correct implementation written apart from `course` (tests/autograder_cases/_impl.py) in
+    one .py, as a student uploads it; `hog`: its compute_entropy hoards memory until it dies."""
+    folder.mkdir()
+    source = (ROOT / "tests" / "autograder_cases" / "_impl.py").read_text()
+    source += "\n\nglobals().update(build())\n"
+    if hog:
+        source += ("\n\ndef compute_entropy(logits):\n    hoard = []\n    while True:  # real pages\n"
+                   "        hoard.append(b'x' * (32 * 2**20))\n")
+    (folder / "submission.py").write_text(source)
+    return folder
+
+
+def _graded(outcome: dict) -> dict:
+    """The official results.json of a grading that completed, its tier named in the table, every
+    check graded or skipped saying why (tier 2 cannot run the data-parallel check: no TCP)."""
+    results = outcome["results"]
+    assert results is not None, outcome["table"]
+    tier = results["extra_data"]["isolation_tier"]
+    assert tier in TIERS and f"isolation tier: {tier}" in outcome["table"], outcome["table"]
+    assert not results["extra_data"]["practice"] and outcome["exit_code"] == 0
+    skipped = [t for t in results["tests"] if t["status"] == "skipped"]
+    assert all(t["output"].startswith("skipped") for t in skipped), skipped
+    assert tier != "bubblewrap" or not skipped, skipped
+    graded = sum(t["max_score"] for t in results["tests"])
+    assert graded + sum(CHECK_NAMED[t["name"]].points for t in skipped) == TOTAL
+    results["graded_points"] = graded
+    return results
+
+
+def test_a_correct_independent_implementation_gets_full_marks(images, tmp_path):
+    results = _graded(_grade(images["student"], _independent(tmp_path / "upload")))
+    assert results["score"] == results["graded_points"], results["tests"]
+
+
+def test_the_solutions_get_full_marks_with_the_check_bundle(images, tmp_path):
+    upload = tmp_path / "upload"
+    shutil.copytree(ROOT / "solutions", upload, ignore=shutil.ignore_patterns(".*"))
+    outcome = _grade(images["check"], upload)
+    results = _graded(outcome)
+    assert results["score"] == results["graded_points"], results["tests"]
+    assert results["output"].startswith("NOT A STUDENT'S GRADE")
+
+
+def test_blank_notebooks_get_zero(images, tmp_path):
+    upload = tmp_path / "upload"
+    shutil.copytree(ROOT / "notebooks", upload, ignore=shutil.ignore_patterns(".*"))
+    results = _graded(_grade(images["student"], upload))
+    assert results["score"] == 0
+
+
+def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(images, tmp_path):
+    """compute_entropy hoards memory until something kills it. Either the grading completes, the
+    rest at full marks and every lost point of compute_entropy saying memory, or there is no
+    results.json and run_autograder fails (Gradescope: an autograder error): never a partial
+    score that does not say why."""
+    outcome = _grade(images["student"], _independent(tmp_path / "upload", hog=True))
+    if outcome["results"] is None:
+        assert outcome["exit_code"] != 0 and "GRADING DID NOT COMPLETE" in outcome["log"]
+        return
+    results = _graded(outcome)
+    lost = [t for t in results["tests"] if t["status"] == "failed"]
+    assert lost and all(t["name"].startswith("compute_entropy") for t in lost), lost
+    assert all("memory" in t["output"] for t in lost if t["score"] == 0), lost
+    assert results["score"] == results["graded_points"] - POINTS["compute_entropy"]
+
