@@ -51,6 +51,16 @@ def test_the_failure_signatures_are_in_the_recordings():
     assert kl_strong["held-out accuracy, end"] < healthy["held-out accuracy, end"]
 
 
+@pytest.mark.parametrize("name", [name for name, changed in RUNS.items()
+                                  if not changed.get("kl_beta") and changed.get("baseline") != "none"])
+def test_no_group_with_signal_is_exactly_no_gradient(name):
+    """Without a KL term the gradient comes from the advantages alone, and with the mean baseline
+    they are all 0 exactly where no group's rewards differ: the logged fraction and the logged
+    norm agree on that (without a baseline an all-correct group still has advantage 1)."""
+    for record in load_failure_run(name)["records"]:
+        assert (record["groups_with_signal"] == 0) == (record["gradient_norm"] == 0), record
+
+
 def test_signature_by_hand():
     records = [{"step": s, "reward_mean": s / 10, "kl_to_reference": [0.0, 0.5, 0.1][s - 1],
                 "gradient_norm": [0.0, 2.0, 0.0][s - 1], "response_length": [8, 6, 7][s - 1],
