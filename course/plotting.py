@@ -101,3 +101,30 @@ def _training_curves(records: list[dict], before: dict | None) -> Figure:
         if keys == ("clip_fraction",) and points and max(value for _, value in points) == 0:
             axis.text(0.5, 0.5, FLAT_CLIP_NOTE, transform=axis.transAxes, ha="center", va="center")
     return figure
+
+
+# (title, metric key) of each panel of the failure-mode lab: what to watch in a run
+WATCH = (
+    ("rollout reward", "reward_mean"),
+    ("KL to warm start (k3)", "kl_to_reference"),
+    ("gradient norm (before clipping)", "gradient_norm"),
+    ("response length (tokens)", "response_length"),
+    ("groups with signal (rewards not all equal)", "groups_with_signal"),
+    ("format rate", "format_reward_mean"),
+)
+
+
+def failure_panel(records: list[dict], healthy: list[dict], label: str) -> Figure:
+    """The six `WATCH` metrics per step of the run `records` (named `label`) beside the healthy run."""
+    with matplotlib.rc_context(COURSE_STYLE):
+        figure = Figure(figsize=(14, 6.5), layout="constrained")
+        for axis, (title, key) in zip(figure.subplots(2, 3).flat, WATCH):
+            for run, name, style in ((healthy, "healthy", "--"), (records, label, "-")):
+                axis.plot([r["step"] for r in run], [r[key] for r in run], style, label=name)
+            axis.set_title(title)
+            axis.set_xlabel("step")
+            axis.grid(alpha=0.3)
+            if key == "kl_to_reference":  # from 1e-13 at step 1 to above 1: a log scale shows both
+                axis.set_yscale("symlog", linthresh=1e-3)
+        axis.legend()
+    return figure

@@ -212,12 +212,17 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     return log_probs, stats
 
 
-def informative_rollouts(rollouts: RolloutBatch, reward_fn, config: TrainConfig) -> tuple[RolloutBatch, int]:
-    """Dynamic sampling: this rank's share of every rank's groups whose rewards are not all equal
-    (`course.filters`), and how many such groups there are over all ranks."""
+def group_signal(rollouts: RolloutBatch, reward_fn, config: TrainConfig) -> list[bool]:
+    """Per group of this rank's rollouts: True where its rewards are not all equal (`course.filters`);
+    a constant group has zero advantages and gives no gradient."""
     rewards = [reward_fn(response, truth)["reward"]
                for response, truth in zip(rollouts.responses, rollouts.repeated_ground_truths)]
-    keep = informative_groups(rewards, config.group_size, config.dynamic_sampling_tolerance)
+    return informative_groups(rewards, config.group_size, config.dynamic_sampling_tolerance)
+
+
+def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: TrainConfig) -> tuple[RolloutBatch, int]:
+    """Dynamic sampling: this rank's share of every rank's groups where `keep` (`group_signal`),
+    and how many such groups there are over all ranks."""
     return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)
 
 
@@ -281,9 +286,10 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
         rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
                                  first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
                                  temperature=config.temperature, task=task)
-        kept_groups = None
+        kept_groups, signal = None, group_signal(rollouts, reward_fn, config)
+        groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
         if config.dynamic_sampling:
-            rollouts, kept_groups = informative_rollouts(rollouts, reward_fn, config)
+            rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
             if kept_groups < world_size:  # too few groups left for every rank: no update this step
                 if rank == 0:
                     records.append({"step": step, "kept_groups": kept_groups, "skipped_update": 1.0})
@@ -314,6 +320,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
         generated_tokens = stats.pop("generated_tokens")
         if kept_groups is not None:
             stats["kept_groups"] = kept_groups
+        stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
         record = {"step": step, **stats, **rewards,
                   "token_entropy": float(metadata["token_entropy"]),
                   **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),

@@ -308,6 +308,26 @@ def test_release_notebook_runs_up_to_first_student_cell(name, kernel_environment
     execute(notebook, tmp_path)
 
 
+def test_failure_lab_runs_offline_from_the_recordings(kernel_environment, tmp_path, monkeypatch):
+    """Notebook 07's lab cells alone, in a fresh kernel without network access to the hub: each
+    mystery run draws its six-panel figure and each reveal prints the run's name and numbers.
+    (The whole notebook runs in the nbgrader test; the lab needs none of its training.)"""
+    notebook = nbformat.read(SOLUTIONS / "07_end_to_end.ipynb", as_version=4)
+    notebook.cells = [c for c in notebook.cells if "failure-lab" in c.metadata.get("tags", [])]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    seconds = execute(notebook, tmp_path)
+    print(f"\nthe failure-mode lab executed in {seconds:.1f} s")
+    assert error_outputs(notebook) == []
+    cells = code_cells(notebook)
+    figures = [c for c in cells if "failure_panel(" in c.source and "display(" in c.source]
+    assert len(figures) == 3 and all(any("image/png" in out.get("data", {}) for out in c.outputs)
+                                     for c in figures)
+    reveals = ["".join(out.get("text", "") for out in c.outputs) for c in cells if "compare(" in c.source
+               and "def compare" not in c.source]
+    assert [re.search(r"is (\w+):", text).group(1) for text in reveals] == ["kl_strong", "high_lr", "no_baseline"]
+    assert all("steps with gradient 0" in text for text in reveals)
+
+
 @pytest.mark.slow
 def test_html_export_reads_offline(kernel_environment, tmp_path):
     """`python -m course.release --html` on notebook 01: math as MathML, no network URL for a script,

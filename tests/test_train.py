@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 # a run also carries the final held-out evaluation, which a longer run does not have at that step).
 TIMING = {"step_seconds", "tokens_per_second", "wall_seconds", "machine"}
 STEP_KEYS = {"reward_mean", "format_reward_mean", "answer_reward_mean", "token_entropy",
-             "clip_fraction", "kl_to_reference", "gradient_norm", "tokens_per_second"}
+             "clip_fraction", "kl_to_reference", "gradient_norm", "tokens_per_second", "groups_with_signal"}
 
 
 def small(**overrides) -> TrainConfig:
