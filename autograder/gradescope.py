@@ -190,7 +190,7 @@ def submission_memory_mb(container_mb: int | None) -> int:
 
 
 def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_TIME_LIMIT,
-        started: float | None = None) -> int:
+        started: float | None = None, isolation: str = "auto") -> int:
     """Grade `root`/submission officially into `root`/results/results.json (run_autograder).
 
     A grading that did not complete leaves NO results.json and exits 1. Gradescope then shows
@@ -199,6 +199,8 @@ def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_T
     score as the grade, whatever its text says. So results.json is written once, whole (a rename),
     only by a grading that judged every check; an OOM kill, a time-out, a sandbox that would not
     start or a crash of the grader at any moment leaves nothing to mistake for a grade.
+    `isolation`: the sandbox's tier, as `pytest autograder --isolation` takes it ("auto": the
+    first that holds in the container).
     """
     started = time.monotonic() if started is None else started
     results = root / "results" / "results.json"
@@ -210,6 +212,7 @@ def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_T
                "--submission", str(submission), "--official", "--results", str(results),
                "--time-limit", f"{max(remaining, 1.0):.1f}", "--memory-mb", str(memory)]
     command += ["--allow-reference"] if allow_reference else []
+    command += ["--isolation", isolation]
     try:  # the grader keeps its own clock; this one stops a grader that no longer does
         done = subprocess.run(command, cwd=ROOT, timeout=max(remaining, 1.0) + KILL_GRACE,
                               env={**LEAN, **os.environ})
@@ -250,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run: wall-clock seconds for the whole grading, from the start "
                              f"(default {DEFAULT_TIME_LIMIT:g})")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
+    parser.add_argument("--isolation", choices=("auto", "bubblewrap", "landlock"), default="auto",
+                        help="run: the sandbox's tier (auto: bubblewrap where the container allows "
+                             "it, else Landlock and seccomp)")
     parser.add_argument("--allow-reference", action="store_true",
                         help="copies of the reference earn points: a bundle to check the solution "
                              "notebooks with (Gradescope's Test Autograder), never to grade students")
@@ -264,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.command} takes no positional paths (got {' '.join(map(str, args.paths))})")
     if args.command == "run":
         _check_root(parser, args.root)
-        return run(args.root, args.allow_reference, args.time_limit, started)
+        return run(args.root, args.allow_reference, args.time_limit, started, args.isolation)
     if args.command == "rehearse":
         return _rehearse(parser, args)
     if args.out is None:

@@ -157,8 +157,16 @@ def _children(pid: int) -> list[int]:
     return [int(child) for child in text.split()]
 
 
-def _run_in_layout(root: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autograder.gradescope", "run", "--root", str(root)],
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _run_in_layout(root: Path, env: dict | None = None, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autograder.gradescope", "run", "--root", str(root),
+                             *flags],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
 
@@ -171,13 +179,13 @@ def test_a_grader_killed_mid_run_leaves_no_results_json_and_run_autograder_fails
     saying the grading did not complete."""
     root = tmp_path / "root"
     (root / "submission").mkdir(parents=True)
-    for name in ("alt_full.py", "_impl.py"):
-        shutil.copy(ROOT / "tests" / "autograder_cases" / name, root / "submission" / name)
-    (root / "submission" / "_impl.py").rename(root / "submission" / "_impl.txt")  # one .py: graded
+    # a submission whose entropy hangs (for the 30 s probe timeout): the grader is surely mid-run
+    # when it is killed, however fast the machine grades the rest
+    shutil.copy(ROOT / "tests" / "redteam" / "classification_hang.py", root / "submission")
     run = _run_in_layout(root)
     grader = None
     for _ in range(600):  # until the grader's sandbox is running, then a little more
-        grader = next(iter(_children(run.pid)), None)
+        grader = next((pid for pid in _children(run.pid) if b"pytest" in _cmdline(pid)), None)
         if grader and _children(grader):
             break
         time.sleep(0.2)
@@ -192,12 +200,13 @@ def test_a_grader_killed_mid_run_leaves_no_results_json_and_run_autograder_fails
 
 
 def test_run_autograder_fails_where_isolation_is_refused(tmp_path):
-    """No bubblewrap (PATH without it): the official grading refuses, no results.json is written,
-    and `run` exits 1, so Gradescope reports an autograder error instead of recording 0."""
+    """Bubblewrap asked for where there is none (PATH without it; tier 2 would hold here, so it
+    is asked for by name): the official grading refuses, no results.json is written, and `run`
+    exits 1, so Gradescope reports an autograder error instead of recording 0."""
     root = tmp_path / "root"
     (root / "submission").mkdir(parents=True)
     shutil.copy(ROOT / "tests" / "autograder_cases" / "nothing_returns_zeros.py", root / "submission")
-    run = _run_in_layout(root, env={"PATH": str(tmp_path)})
+    run = _run_in_layout(root, {"PATH": str(tmp_path)}, "--isolation", "bubblewrap")
     out, err = run.communicate(timeout=300)
     assert run.returncode == 1, out[-2000:] + err[-2000:]
     assert "refusing to grade without isolation" in err and "GRADING DID NOT COMPLETE" in err

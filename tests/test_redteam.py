@@ -181,8 +181,12 @@ def red_team(request) -> dict:
     try:
         started = time.monotonic()
         with our_gradings() as ours, ThreadPoolExecutor(max_workers=2) as pool:
+            # the stage-apart attacks relay the reference with exec, which the copy rule alone
+            # zeroes: they are graded with copies allowed, so that what stops them is isolation
             futures = {entry.name: pool.submit(grade, str(entry), read_header(entry)["functions"],
-                                               official=True, isolation=tier, **GRADING)
+                                               official=True, isolation=tier,
+                                               allow_reference=entry.name.startswith("stages_"),
+                                               **GRADING)
                        for entry in ENTRIES}
             graded = {name: future.result() for name, future in futures.items()}
         elapsed = time.monotonic() - started
@@ -260,8 +264,10 @@ def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path, t
 @pytest.mark.parametrize("name", ("stages_tmp_files.py", "stages_abstract_socket.py"))
 def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypatch):
     """The stage-apart attacks are real: with every stage's child kept alive (the grader's ending
-    of the previous stage's child switched off), the earlier stage takes the reference a later
-    stage's child relayed, and earns its points."""
+    of the previous stage's child switched off) and the checks run latest stage first (course
+    order alone would start the later stage's child too late to relay), the earlier stage takes
+    the reference a later stage's child relayed, and earns its points."""
+    from autograder import api
     if sandbox_problem(ROOT, "bubblewrap"):
         pytest.skip(f"no bubblewrap sandbox here: {sandbox_problem(ROOT, 'bubblewrap')}")
     from autograder.trusted import grader
@@ -279,7 +285,8 @@ def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypat
             self.stages.update(others)
 
     monkeypatch.setattr(grader.Grader, "_stage_client", all_alive)
+    monkeypatch.setattr(api, "CHECKS", list(reversed(api.CHECKS)))
     entry = REDTEAM / name
     graded = grade(str(entry), read_header(entry)["functions"], official=True,
-                   isolation="bubblewrap", **GRADING)
+                   isolation="bubblewrap", allow_reference=True, **GRADING)
     assert graded["score"] > read_header(entry)["honest"], graded["results"]

@@ -296,10 +296,10 @@ print(result["score"], result["max_score"], late)
 def test_one_timer_bounds_the_whole_grading():
     """A hang with a 30 s probe timeout but a 12 s budget for everything (from the call, the
     sandbox's start included): the hanging call is cut at what is left of the budget, not blamed
-    on the code (its 30 s were not up), the checks after it (tokenization's come after scoring's)
-    are not run, and the grading says it did not complete: no grade."""
+    on the code (its 30 s were not up), the checks after it (stage 3's come after stage 2's, in
+    course order) are not run, and the grading says it did not complete: no grade."""
     graded = grade(str(ROOT / "tests" / "redteam" / "classification_hang.py"),
-                   ("compute_entropy", "tokenize_prompt_and_output"), probe_timeout=30.0, time_limit=12.0)
+                   ("compute_entropy", "compute_rollout_rewards"), probe_timeout=30.0, time_limit=12.0)
     outputs = [r["output"] for r in graded["results"].values()]
     assert not any("timed out after" in o for o in outputs), outputs
     assert all("ran past its time limit (12 s, `--time-limit`)" in o for o in outputs), outputs

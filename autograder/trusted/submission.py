@@ -209,7 +209,15 @@ def read_notebook(path: Path, follow_links: bool = True,
         except SyntaxError as exc:
             skipped.append((f"code cell {number}", f"SyntaxError: {exc.msg} (line {exc.lineno})"))
             continue
-        except (RecursionError, MemoryError, ValueError) as exc:
+        except ValueError as exc:  # a null byte: ValueError in some CPython 3.11 releases
+            if "\0" in source:
+                skipped.append((f"code cell {number}", "SyntaxError: source code cannot contain "
+                                                       "null bytes"))
+                continue
+            skipped.append((f"code cell {number}", f"too complex to read ({type(exc).__name__}: "
+                                                   "an expression nested too deeply?)"))
+            continue
+        except (RecursionError, MemoryError) as exc:
             skipped.append((f"code cell {number}", f"too complex to read ({type(exc).__name__}: "
                                                    "an expression nested too deeply?)"))
             continue
