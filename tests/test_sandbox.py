@@ -146,7 +146,7 @@ def test_tier_2_grades_the_data_parallel_check_on_ranks_connected_before_the_sub
     data_parallel = {key: next(r for n, r in g["results"].items() if "data-parallel" in n)
                      for key, g in graded.items()}
     for key in ("reference", "independent"):
-        assert graded[key]["tier"] == "landlock-seccomp"
+        assert graded[key]["isolation_tier"] == "landlock-seccomp"
         assert graded[key]["score"] == graded[key]["max_score"] > 0, data_parallel[key]["output"]
     assert data_parallel["mutant"]["score"] == 0 and data_parallel["mutant"]["status"] == "failed"
     assert "world size" in data_parallel["mutant"]["output"]
