@@ -9,14 +9,12 @@ travel with their rows. A regroup that kept each rank's own groups would leave r
 """
 
 import os
-import socket
 import traceback
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from naive import (
     full_batch_loss,
     gradient,
@@ -26,6 +24,7 @@ from naive import (
     reward_fn,
     tokenize,
 )
+from ranks import run_ranks
 
 from course import grpo_train_step
 from course.filters import informative_groups, keep_groups, regroup_over_ranks
@@ -93,22 +92,8 @@ def _worker(rank: int, port: int, directory: str) -> None:
     os._exit(0)  # as tests/test_train_step_distributed.py: gloo's teardown can hang after the results
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_filtered_and_regrouped_ddp_step_equals_one_process_on_the_kept_groups(tmp_path):
-    context = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE,
-                                 join=False, start_method="spawn")
-    for _ in range(18):
-        if context.join(timeout=10):
-            break
-    else:
-        for process in context.processes:
-            process.kill()
-        pytest.fail("distributed workers did not finish within 180 s")
+    run_ranks(_worker, str(tmp_path), WORLD_SIZE, seconds=180)
     for mode, weighted in CASES:
         model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
         batch = _kept_batch()

@@ -11,14 +11,12 @@ weights (reference and sampler log-probs sliced like the old ones) the update is
 """
 
 import os
-import socket
 import traceback
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from naive import (
     full_batch_loss,
     gradient,
@@ -28,6 +26,7 @@ from naive import (
     reward_fn,
     tokenize,
 )
+from ranks import run_ranks
 
 from course import grpo_train_step
 from course.models import build_tiny_model_and_tokenizer
@@ -108,23 +107,8 @@ def _worker(rank: int, port: int, directory: str) -> None:
     os._exit(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ddp_over_whole_groups_equals_single_process_full_batch(tmp_path):
-    context = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE,
-                                 join=False, start_method="spawn")
-    # a rank that never joins an all-reduce would hang the other: fail instead after a while
-    for _ in range(24):
-        if context.join(timeout=10):
-            break
-    else:
-        for process in context.processes:
-            process.kill()
-        pytest.fail("distributed workers did not finish within 240 s (a rank left a collective?)")
+    run_ranks(_worker, str(tmp_path), WORLD_SIZE, seconds=240)
 
     for name, zero_group, method, mode, _, kl, tis in CASES:
         model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
