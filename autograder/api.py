@@ -51,7 +51,7 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     """Run the checks of `functions` (default: all) on `submission`; never raises for its
     behaviour. Raises FileNotFoundError for a submission that does not exist, and
     IsolationUnavailable for an `official` grading where no sandbox can start. `sandbox`: a
-    template started ahead for this grading alone (`autograder.batch`). `allow_reference`: pasted
+    template started ahead for this grading alone (`instructor.batch`). `allow_reference`: pasted
     copies of the reference earn points (checking the solution notebooks). `stored_only`: judge
     from the stored cases alone (None: when this is a student edition). `isolation`: "auto",
     "bubblewrap" or "landlock" (the sandbox's tier, `autograder.trusted.isolation`). "incomplete"

@@ -20,14 +20,14 @@ start.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from autograder.options import cuda_problem, memory_mb, seconds, seed
+from course.paths import ROOT
 
 STARTED = time.monotonic()  # the grading's one clock starts with the process (plugins load first)
-ROOT = Path(__file__).resolve().parent.parent
+
 EXIT_INCOMPLETE = 3  # pytest's "internal error": there is no grade
 
 
@@ -62,8 +62,9 @@ def pytest_addoption(parser) -> None:
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
     from autograder.api import submission_problem
-    from autograder.trusted.grader import EDITION, OFFICIAL_ELSEWHERE
+    from autograder.trusted.grader import OFFICIAL_ELSEWHERE
     from autograder.trusted.isolation import sandbox_problem
+    from course.paths import EDITION
 
     problem = submission_problem(config.getoption("--submission"))
     if problem is None and config.getoption("--device") == "cuda":

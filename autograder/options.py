@@ -1,7 +1,7 @@
 """The grader's command-line options, checked before anything heavy is imported.
 
 Every value a grader's flag takes is validated where it is parsed (`pytest autograder`'s options,
-`autograder.gradescope`, `autograder.batch`): a bad value is a usage error that names the flag,
+`autograder.gradescope`, `instructor.batch`): a bad value is a usage error that names the flag,
 never a limit that silently means something else (`--time-limit 0` or `nan`), never an error
 blamed on the submission (`--probe-timeout 0`: "timed out"; `--memory-mb -1`: "killed for
 memory"). This module imports nothing of torch, so a usage error comes back at once.

@@ -6,7 +6,7 @@ the points earned as the cell's value. That makes the cell an nbgrader autograde
 partial credit: nbgrader reads a code grade cell's score from the number its last expression shows
 (`nbgrader.utils.determine_grade`), and gives 0 for an error or anything written to stderr, so
 while the checks run, warnings and stderr (Python's and the file descriptor's) go to stdout.
-Each cell's nbgrader points are its function's `course.registry.POINTS` (`course.release` sets
+Each cell's nbgrader points are its function's `course.registry.POINTS` (`instructor.release` sets
 them), the same scale as `pytest autograder`.
 
 This runs in the notebook's own kernel (`InProcessRunner`): fine for checking yourself, not
@@ -125,7 +125,7 @@ def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None
         raise TypeError(f"self_check: namespace must be a dict such as globals(), got "
                         f"{type(namespace).__name__}")
     selected = [c for c in CHECKS if c.function in functions]
-    grader = Grader(None, device=device, seed=seed, namespace=namespace)
+    grader = Grader(None, device=device, seed=seed, runner=InProcessRunner(namespace, device))
     try:
         with stderr_to_stdout():
             results = [grader.run_check(c) for c in selected]

@@ -1,4 +1,4 @@
-"""How long grading a class takes: `python -m autograder.batch` beside a loop of single gradings.
+"""How long grading a class takes: `python -m instructor.batch` beside a loop of single gradings.
 
     python benchmarks/bench_batch.py [--students 20] [--loop 4]
 
@@ -7,8 +7,8 @@ implementation (tests/autograder_cases/_impl.py, which earns full marks), the ot
 buggy ones (the `mutant_*` cases, each losing some points), every one a single .py file as a
 student would hand in. Then it times, on the same class:
 
-- `python -m autograder.batch DIR --jobs 2` (the issue's bound: at most 6 s per submission on 2 cores),
-- `python -m autograder.batch DIR --jobs 1`,
+- `python -m instructor.batch DIR --jobs 2` (the issue's bound: at most 6 s per submission on 2 cores),
+- `python -m instructor.batch DIR --jobs 1`,
 - what a grader would otherwise run: `pytest autograder --submission S --official` once per student
   (timed on the first `--loop` students, to keep the benchmark short).
 
@@ -77,12 +77,12 @@ def main() -> None:
         entries = make_class(klass, args.students)
         for jobs in (2, 1):
             grades = Path(tmp) / f"grades{jobs}.csv"
-            elapsed = timed([sys.executable, "-m", "autograder.batch", str(klass), "--jobs", str(jobs),
+            elapsed = timed([sys.executable, "-m", "instructor.batch", str(klass), "--jobs", str(jobs),
                              "--csv", str(grades)])
             with grades.open() as handle:
                 scores = [float(row["score"]) for row in csv.DictReader(handle)]
             full = sum(score == max(scores) for score in scores)
-            rows.append((f"autograder.batch --jobs {jobs}", args.students, elapsed, f"{full} full marks"))
+            rows.append((f"instructor.batch --jobs {jobs}", args.students, elapsed, f"{full} full marks"))
         started = time.perf_counter()
         for entry in entries[:args.loop]:
             timed([sys.executable, "-m", "pytest", "autograder", "--submission", str(entry), "--official",

@@ -2,8 +2,8 @@
 
     python benchmarks/bench_gradescope.py [--base-image grpo-base:bookworm] [--memory 768m] [--cpus 0.5]
 
-Builds both bundles (`python -m autograder.gradescope`, students' and `--allow-reference`) into
-images as Gradescope does (`autograder.rehearsal`), then grades, each in a fresh container with
+Builds both bundles (`python -m instructor.gradescope`, students' and `--allow-reference`) into
+images as Gradescope does (`instructor.rehearsal`), then grades, each in a fresh container with
 Docker's default security, `--network none` and the given limits: the solution notebooks (check
 bundle), an independent correct implementation in one .py (tests/autograder_cases/_impl.py), the
 blank release notebooks, and that implementation with a compute_entropy that hoards memory until
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.gradescope import build  # noqa: E402
-from autograder.rehearsal import build_image, run_submission  # noqa: E402
+from instructor.gradescope import build  # noqa: E402
+from instructor.rehearsal import build_image, run_submission  # noqa: E402
 
 HOG = ("\n\ndef compute_entropy(logits):\n    hoard = []\n    while True:\n"
        "        hoard.append(b'x' * (32 * 2**20))\n")

@@ -91,3 +91,23 @@ def bounded_types(config_class, bounds: dict[str, tuple[float, bool]]) -> dict[s
     return {name: flag_type(type(getattr(config_class, name)),
                             lambda value, bound=bound: out_of_range(value, *bound))
             for name, bound in bounds.items()}
+
+
+def forward(module: str, argv: list[str], old: str | None = None) -> int:
+    """Run `python -m module argv` and return its exit status: a moved command's alias. `old`:
+    the alias's own name, for the one-line notice. The package of `module` must lie beside this
+    `course/` (a student edition has no `instructor/`, whatever else is installed)."""
+    import subprocess
+    import sys
+
+    from course.paths import ROOT
+
+    if old:
+        print(f"{old} moved to `python -m {module}`; this alias goes in the next release",
+              file=sys.stderr)
+    package = module.split(".")[0]
+    if not (ROOT / package / "__init__.py").is_file():
+        print(f"{module} is an instructor's command, and {ROOT} has no {package}/ (a student "
+              "edition leaves it out)", file=sys.stderr)
+        return USAGE_ERROR
+    return subprocess.run([sys.executable, "-m", module, *argv], ).returncode

@@ -7,7 +7,7 @@ Notebook 07 trains with the learner's stages, then with the reference on the sam
 the two. A student edition ships the reference of the revealed stages only, so there the second
 run cannot happen; this file holds it instead: the per-step records and the summary of
 `NOTEBOOK_RUN` (the notebook's TrainConfig, seed 0, 60 steps) trained on CPU by the reference,
-with the machine and torch version that made it. `course.edition` ships it with the checkpoints.
+with the machine and torch version that made it. `instructor.edition` ships it with the checkpoints.
 A run on another machine, torch version or device samples the same tokens only while the floats
 agree to the last digits, so a learner's correct stages match the recorded curve up to the noise
 of sampling, not digit for digit.

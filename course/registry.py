@@ -3,7 +3,7 @@
 Each stage is one notebook and one `course` module; each graded function belongs to one stage and
 is worth the sum of its autograder checks' points (tests/test_registry.py holds the two equal, so a
 check added without its points here fails a test). The same points are the nbgrader `points` of the
-function's self-check cell (`course.release` sets them), so `nbgrader autograde` and `pytest
+function's self-check cell (`instructor.release` sets them), so `nbgrader autograde` and `pytest
 autograder` grade on one scale, with the same maximum on every device.
 The order of `REGISTRY` is the order a learner builds them in: a later stage may call the reference
 of an earlier one, never its own.

@@ -36,7 +36,7 @@ problems (`course.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`co
 from __future__ import annotations
 
 if __name__ == "__main__":  # the command line checks its flags before torch loads (course.cli)
-    from course.train_config import main
+    from course.train_cli import main
 
     raise SystemExit(main())
 
@@ -83,15 +83,12 @@ from course.train_config import (  # re-exported: `from course.train import Trai
     WARM_START,
     ConfigError,
     TrainConfig,
-    edition_notebooks,
-    main,
     temperature_problem,
     validate,
 )
 from course.train_step import grpo_train_step
 
-__all__ = ["LOSSES", "NORMALIZATIONS", "WARM_START", "TrainConfig", "edition_notebooks", "main",
-           "train", "validate"]
+__all__ = ["LOSSES", "NORMALIZATIONS", "WARM_START", "TrainConfig", "train", "validate"]
 
 # The held-out problems and their sampling noise are fixed, so every run is measured on the same test.
 EVAL_SEED = 1

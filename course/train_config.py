@@ -1,18 +1,15 @@
-"""What one GRPO run depends on (`TrainConfig`), the values each field allows, and the command line
-`python -m course.train` that sets them, all torch-free: a bad flag is a one-line usage error
+"""What one GRPO run depends on (`TrainConfig`) and the values each field allows, torch-free, so
+that `python -m course.train` (`course.train_cli`) answers a bad flag with a one-line usage error
 before torch loads (`course.cli`); `course.train.train` runs the loop.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.cli import Parser, add_config_arguments, bounded_types, flag_type, out_of_range
-from course.registry import STAGE_NAMED, STAGE_OF
+from course.cli import bounded_types, flag_type, out_of_range
 from course.variants import (
     BASELINES,
     IS_LEVELS,
@@ -27,7 +24,6 @@ from course.variants import (
 )
 
 WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # a student edition's folder holds edition.json
 LOSSES = PG_METHODS
 NORMALIZATIONS = LOSS_NORMALIZATIONS
 CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
@@ -247,65 +243,3 @@ def flag_types(config_class=TrainConfig) -> dict:
     """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
     return {**bounded_types(config_class, LOWER_BOUNDS), "device": flag_type(str, device_problem),
             "checkpoint": flag_type(str, checkpoint_problem)}
-
-
-def stages_of(names: tuple[str, ...]) -> str:
-    """"3_advantages, 4_losses": the stages of the graded functions `names`, in course order."""
-    return ", ".join(key for key in STAGE_NAMED if key in {STAGE_OF[name] for name in names})
-
-
-def edition_notebooks(missing: tuple[str, ...], root: Path = PACKAGE_ROOT) -> Path:
-    """The notebooks to train with when the reference of the graded functions `missing` is not
-    here and no --notebooks was given: a student edition's own `notebooks/`. Raises ValueError
-    naming --notebooks where `root` is no edition or holds no notebooks."""
-    folder = root / "notebooks"
-    if not (root / "edition.json").is_file() or not any(folder.glob("*.ipynb")):
-        raise ValueError(f"the reference of stage {stages_of(missing)} is not here, and {folder} "
-                         "holds no notebooks: give --notebooks DIR, the folder of your notebooks")
-    return folder
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m course.train`: check every flag, then import torch and train."""
-    parser = Parser(
-        prog="python -m course.train", description="End-to-end GRPO: the course's stages, "
-        "assembled into a loop that learns on a laptop CPU.",
-        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on CPU).")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
-                             "(default: write nothing, print the summary)")
-    parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
-                        help="train with your own stages, read from the notebooks in DIR (stages "
-                             "not written yet use the reference where it is available)")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
-    args = vars(parser.parse_args(argv))
-    out, notebooks = args.pop("out"), args.pop("notebooks")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    try:  # what no single flag decides: values that must fit together, and the world size
-        validate(TrainConfig(**args), world_size)
-    except ConfigError as error:
-        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
-
-    from course import train as loop  # torch from here on; loaded before the learner's stand in
-    from course.implementations import StageNotWritten, load_implementations, missing_references
-
-    implementations = None
-    missing = missing_references()
-    if notebooks is None and missing:  # a student edition: train with the learner's stages
-        try:
-            notebooks = edition_notebooks(missing)
-        except ValueError as error:
-            parser.error(f"argument --notebooks: {error}")
-        print(f"this student edition has not revealed stage {stages_of(missing)}: training "
-              f"with your notebooks in {notebooks} (--notebooks DIR for another folder)")
-    if notebooks is not None:
-        try:
-            implementations = load_implementations(notebooks)  # stands in for the loop's stubs too
-        except (FileNotFoundError, StageNotWritten) as error:
-            parser.error(f"argument --notebooks: {error}")
-        print(implementations.table())
-        if problem := temperature_problem(implementations["grpo_train_step"]):
-            parser.error(f"argument --temperature: {problem}")
-    summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
-    if summary:
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))

@@ -1,5 +1,5 @@
 """The stored cases must still be what their definition makes and what the reference computes
-(regenerate with `python -m autograder.fixtures`). Machine-independent: inputs and answers are
+(regenerate with `python -m instructor.fixtures`). Machine-independent: inputs and answers are
 compared with tolerances, never bit for bit, so this passes on any CPU or torch version allowed."""
 
 import pytest
@@ -44,9 +44,9 @@ def stored():
 
 
 def test_every_case_is_stored_with_its_current_definition(stored):
-    assert set(stored) == set(CASES), "cases added or removed: run python -m autograder.fixtures"
+    assert set(stored) == set(CASES), "cases added or removed: run python -m instructor.fixtures"
     for name, spec in CASES.items():
-        assert stored[name]["fingerprint"] == fingerprint(spec), f"{name} changed: run python -m autograder.fixtures"
+        assert stored[name]["fingerprint"] == fingerprint(spec), f"{name} changed: run python -m instructor.fixtures"
         assert set(stored[name]["seeds"]) == {str(seed) for seed in spec.seeds}
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch import (
+from autograder.trusted.isolation import sandbox_problem
+from course.registry import STAGES
+from instructor.batch import (
     CSV_HEADER,
     EntryProblem,
     entries,
@@ -23,9 +25,7 @@ from autograder.batch import (
     read_entry,
     spreadsheet_safe,
 )
-from autograder.trusted.classmates import graded_prints, similar_pairs
-from autograder.trusted.isolation import sandbox_problem
-from course.registry import STAGES
+from instructor.classmates import graded_prints, similar_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 REDTEAM = ROOT / "tests" / "redteam"
@@ -40,7 +40,7 @@ def _notebooks(folder: Path, source: Path) -> None:
 
 
 def _batch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder.batch", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "instructor.batch", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
 
 
@@ -106,7 +106,7 @@ def test_an_interrupted_run_resumes_and_regrade_grades_again(tmp_path):
     for name in ("ann", "bob", "cat", "dan", "eve"):  # enough that Ctrl-C lands mid-class
         _notebooks(klass / name, ROOT / "notebooks")
     grades = tmp_path / "grades.csv"
-    command = [sys.executable, "-m", "autograder.batch", str(klass), "--jobs", "1", "--csv",
+    command = [sys.executable, "-m", "instructor.batch", str(klass), "--jobs", "1", "--csv",
                str(grades), *FAST]
     # a shell's background job ignores SIGINT and its children inherit that: restore Ctrl-C
     run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -256,7 +256,7 @@ def test_students_stay_apart_and_nothing_is_imported_from_where_batch_runs(tmp_p
     (hostile / "course" / "__init__.py").write_text(
         f"open({str(marker)!r}, 'w').write('the hostile course ran')\nraise SystemExit(3)\n")
     grades = tmp_path / "grades.csv"
-    done = subprocess.run([sys.executable, "-m", "autograder.batch", str(klass), "--jobs", "2",
+    done = subprocess.run([sys.executable, "-m", "instructor.batch", str(klass), "--jobs", "2",
                            "--csv", str(grades), *FAST], cwd=hostile, capture_output=True,
                           text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]

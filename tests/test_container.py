@@ -1,4 +1,4 @@
-"""Official grading in Gradescope's own container, for real (`python -m autograder.gradescope
+"""Official grading in Gradescope's own container, for real (`python -m instructor.gradescope
 rehearse`): Docker's default security (no user namespaces, so bubblewrap cannot start), no network,
 768 MB of memory and half a CPU for every process of the grading together.
 
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.gradescope import build
-from autograder.rehearsal import build_image, run_submission, table
+from instructor.gradescope import build
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from course.registry import POINTS
+from instructor.rehearsal import build_image, run_submission, table
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

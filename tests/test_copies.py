@@ -23,8 +23,8 @@ from autograder.trusted.reference import (
     reference_shares,
 )
 from autograder.trusted.similarity import K, containment, fingerprints, kgrams, tokens, winnow
-from autograder.trusted.submission import load_submission
 from course.registry import GRADED_FUNCTIONS
+from course.submission import load_submission
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"

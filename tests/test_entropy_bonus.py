@@ -20,7 +20,8 @@ from naive import (
 import course.entropy_bonus
 from course import grpo_train_step
 from course.entropy_bonus import train_step_with_entropy_bonus
-from course.train import TrainConfig, main, train
+from course.train import TrainConfig, train
+from course.train_cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

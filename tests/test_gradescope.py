@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.gradescope import build, find_submission, main
+from autograder.gradescope import find_submission
+from autograder.gradescope import main as run_main
+from instructor.gradescope import build, main
 from autograder.trusted.isolation import sandbox_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +228,7 @@ def test_a_grading_past_its_time_limit_writes_no_results_and_says_so(tmp_path):
 
 
 def test_a_batch_row_of_an_incomplete_grading_is_no_grade(tmp_path):
-    from autograder.batch import feedback, write_csv
+    from instructor.batch import feedback, write_csv
 
     record = {"student": "dana", "entry": "dana.py", "fingerprint": "", "seed": 7, "score": 12.0,
               "max_score": 66.0, "isolation": "", "checks": [], "problems": [],
@@ -266,10 +268,10 @@ def test_bad_grader_options_are_usage_errors_naming_the_flag(argv, flag):
 
 @pytest.mark.parametrize("module,argv", [
     ("autograder.gradescope", ["run", "--time-limit", "nan"]),
-    ("autograder.gradescope", ["rehearse", "--cpus", "-1"]),
-    ("autograder.batch", [".", "--csv", "g.csv", "--time-limit", "inf"]),
-    ("autograder.batch", [".", "--csv", "g.csv", "--memory-mb", "-1"]),
-    ("autograder.batch", [".", "--csv", "g.csv", "--jobs", "0"]),
+    ("instructor.gradescope", ["rehearse", "--cpus", "-1"]),
+    ("instructor.batch", [".", "--csv", "g.csv", "--time-limit", "inf"]),
+    ("instructor.batch", [".", "--csv", "g.csv", "--memory-mb", "-1"]),
+    ("instructor.batch", [".", "--csv", "g.csv", "--jobs", "0"]),
 ])
 def test_cli_usage_errors_are_one_line_before_torch(module, argv, tmp_path):
     script = ("import runpy, sys\n"
@@ -289,7 +291,7 @@ def test_cli_usage_errors_are_one_line_before_torch(module, argv, tmp_path):
 def test_run_refuses_a_root_without_a_submission_folder(tmp_path, capsys):
     typo = tmp_path / "typo"
     with pytest.raises(SystemExit) as exit_info:
-        main(["run", "--root", str(typo)])
+        run_main(["run", "--root", str(typo)])
     assert exit_info.value.code == 2 and "--root" in capsys.readouterr().err
     assert not typo.exists()  # nothing created at a mistyped root
 
@@ -326,7 +328,7 @@ def test_a_notebook_of_nested_empty_lists_is_refused_in_bounded_memory(tmp_path)
     notebook.write_bytes(b'{"cells": [' + b"[]," * (16 * 2**20) + b'[]]}')
     script = ("import resource, sys\n"
               "from pathlib import Path\n"
-              "from autograder.trusted.submission import load_submission\n"
+              "from course.submission import load_submission\n"
               "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               f"loaded = load_submission({str(notebook)!r}, Path('.'))\n"
               "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
@@ -339,7 +341,7 @@ def test_a_notebook_of_nested_empty_lists_is_refused_in_bounded_memory(tmp_path)
 
 
 def test_json_values_bounds_what_the_parser_builds():
-    from autograder.trusted.submission import JSON_STRING, json_values
+    from course.submission import JSON_STRING, json_values
 
     text = json.dumps({"cells": [{"source": ["a, [b]", "{c}"]}, [], [1, 2]]}).encode()
     # outside strings 4 commas, 4 "[" and 2 "{" (10); inside them 1, 1 and 1 more. Under the

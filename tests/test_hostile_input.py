@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.trusted import submission as reading
 from autograder.trusted.report import check_table, escape
 from autograder.trusted.results import ResultsError, write_results
-from autograder.trusted.submission import load_submission
+from course import submission as reading
+from course.submission import load_submission
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTROPY = """import torch

@@ -32,7 +32,8 @@ from course.reference_run import (
     recorded_reference_run,
 )
 from course.registry import GRADED_FUNCTIONS
-from course.train import TrainConfig, edition_notebooks, main, train
+from course.train import TrainConfig, train
+from course.train_cli import edition_notebooks, main
 
 ROOT = course.advantages.__file__.rsplit("/course/", 1)[0]
 # two steps of 4 problems x 4 samples: enough for groups with mixed rewards, so the weights move

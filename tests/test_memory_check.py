@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autograder.api import grade
-from autograder.untrusted.probes import SavedBytes
+from autograder.protocol.saved_bytes import SavedBytes
 from course import get_response_log_probs
 from course.models import build_tiny_model
 

@@ -3,7 +3,7 @@
 - every solutions/ notebook executes headless without error (its self-check cells included); the
   graded ones are executed once, by nbgrader autograde, and the other tests read its output;
 - every notebooks/ notebook runs up to its first student cell;
-- notebooks/ is byte for byte what `python -m course.release` makes from solutions/;
+- notebooks/ is byte for byte what `python -m instructor.release` makes from solutions/;
 - nbgrader (generate_assignment, autograde with the sqlite gradebook) gives the solutions full marks
   and the blank release zero; `pytest autograder --submission solutions` grades every function
   and finds each a pasted copy of the reference (solutions/ is `course`, text for text);
@@ -11,9 +11,9 @@
 - no notebook calls the reference of its own stage, and one that imports an earlier stage from
   `course` rebinds it with `earlier_stages` (a student edition stubs unrevealed references);
 - every notebook teaches the same way: a predict-then-run question, a common-mistakes cell that is
-  what `course.mistakes` writes from the autograder's checks, a recap, arXiv references, code lines
+  what `instructor.mistakes` writes from the autograder's checks, a recap, arXiv references, code lines
   of at most 88 characters, plot text of 10 pt and up with labelled y-axes;
-- `python -m course.release --html` writes pages that load nothing from the network and show math.
+- `python -m instructor.release --html` writes pages that load nothing from the network and show math.
 
 The kernel is this interpreter (`sys.executable`), whatever kernelspecs the machine has: a
 throw-away `python3` kernelspec is put first on JUPYTER_PATH, and the repository on PYTHONPATH, for
@@ -39,9 +39,9 @@ import pytest
 from nbclient import NotebookClient
 
 import course
-from course.mistakes import CHECKS_DIR, TAG, stale_notebooks, write_sections
 from course.registry import REGISTRY
-from course.release import ASSIGNMENT, nbgrader_environment, stale_files
+from instructor.mistakes import CHECKS_DIR, TAG, stale_notebooks, write_sections
+from instructor.nbgrader_release import ASSIGNMENT, nbgrader_environment, stale_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO_ROOT / "solutions"
@@ -223,7 +223,7 @@ def test_a_notebook_runs_on_earlier_stages_never_on_its_own_reference(stage):
 
 def test_common_mistakes_cells_are_current():
     stale = stale_notebooks(SOLUTIONS)
-    assert stale == [], f"common-mistakes cells out of date in {stale}: run `python -m course.release`"
+    assert stale == [], f"common-mistakes cells out of date in {stale}: run `python -m instructor.release`"
 
 
 def test_common_mistakes_follow_the_checks(tmp_path):
@@ -330,9 +330,9 @@ def test_failure_lab_runs_offline_from_the_recordings(kernel_environment, tmp_pa
 
 @pytest.mark.slow
 def test_html_export_reads_offline(kernel_environment, tmp_path):
-    """`python -m course.release --html` on notebook 01: math as MathML, no network URL for a script,
+    """`python -m instructor.release --html` on notebook 01: math as MathML, no network URL for a script,
     a style sheet or a font, and the solution code replaced by the release's stub."""
-    command = [sys.executable, "-m", "course.release", "--html", str(tmp_path), "--only", SOLUTION_NAMES[0]]
+    command = [sys.executable, "-m", "instructor.release", "--html", str(tmp_path), "--only", SOLUTION_NAMES[0]]
     run = subprocess.run(command, cwd=REPO_ROOT, env=kernel_environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     page = (tmp_path / SOLUTION_NAMES[0]).with_suffix(".html").read_text()
@@ -352,7 +352,7 @@ def test_html_export_reads_offline(kernel_environment, tmp_path):
 @pytest.mark.slow
 def test_release_is_what_nbgrader_makes_from_solutions():
     stale = stale_files(SOLUTIONS, NOTEBOOKS)
-    assert stale == [], f"notebooks/ is out of date for {stale}: run `python -m course.release`"
+    assert stale == [], f"notebooks/ is out of date for {stale}: run `python -m instructor.release`"
 
 
 @pytest.mark.slow

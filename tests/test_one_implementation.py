@@ -4,8 +4,8 @@ The solution notebook's `def` (found with ast in its code cells, nbgrader's `###
 marker lines dropped) and `inspect.getsource` of the course function must parse to the same syntax
 tree (same code, same docstring) and carry the same comments, in the same order. Only layout may
 differ. The helpers a graded function calls are in the notebook as the course's own, in a locked
-"given" cell that is what `course.one_implementation` makes now. `python -m
-course.one_implementation --write` rewrites a differing solution cell and every given cell.
+"given" cell that is what `instructor.one_implementation` makes now. `python -m
+instructor.one_implementation --write` rewrites a differing solution cell and every given cell.
 """
 
 import ast
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import course
-from course.one_implementation import (
+from instructor.one_implementation import (
     SOLUTIONS,
     differing,
     given_for,
@@ -87,7 +87,7 @@ def test_write_makes_a_cell_the_course_function_with_its_helpers(tmp_path):
 
 
 def test_every_given_cell_is_what_course_makes_now():
-    assert stale_given_cells() == [], "run `python -m course.one_implementation --write`"
+    assert stale_given_cells() == [], "run `python -m instructor.one_implementation --write`"
 
 
 def test_given_cells_hold_the_closure_of_helpers_and_imports():

@@ -32,7 +32,7 @@ from test_notebooks import gradebook_scores, kernel_environment, nbgrader_meta  
 
 from autograder.selfcheck import SelfCheckScore, self_check
 from course.registry import POINTS, REGISTRY, STAGES
-from course.release import ASSIGNMENT, NBGRADER_CONFIG, run_nbgrader
+from instructor.nbgrader_release import ASSIGNMENT, NBGRADER_CONFIG, run_nbgrader
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -137,7 +137,7 @@ def test_without_fork_the_data_parallel_check_is_skipped_and_says_so(monkeypatch
 def test_the_release_takes_the_points_from_the_registry_not_the_solutions(tmp_path):
     """A solution notebook whose check cells drifted (10 points each, the old scale) is released
     with the registry's points: the release cannot drift from `pytest autograder`."""
-    from course.release import generate_release
+    from instructor.nbgrader_release import generate_release
 
     solutions = tmp_path / "solutions"
     solutions.mkdir()

@@ -3,7 +3,7 @@ practice, they match the official grade for honest work only, and the official g
 
 from pathlib import Path
 
-from course.edition import readme
+from instructor.edition import readme
 
 ROOT = Path(__file__).resolve().parent.parent
 

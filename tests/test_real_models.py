@@ -20,7 +20,8 @@ from course.gsm8k import GSM8KTask, load_gsm8k_jsonl
 from course.models import chat_prompt, load_pretrained
 from course.scoring import get_response_log_probs
 from course.tiny_hf import build_bpe_tokenizer, build_tiny_causal_lm, synthetic_gsm8k, write_jsonl
-from course.train import TrainConfig, main, train
+from course.train import TrainConfig, train
+from course.train_cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the hub

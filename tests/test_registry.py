@@ -60,7 +60,7 @@ def test_every_check_counts_on_every_device():
 
 def test_solution_check_cells_carry_the_registry_points():
     """nbgrader's points per self-check cell are the autograder's points for its function, so
-    `nbgrader autograde` and `pytest autograder` grade on one scale (course.release sets them)."""
+    `nbgrader autograde` and `pytest autograder` grade on one scale (instructor.release sets them)."""
     for stage in REGISTRY:
         notebook = json.loads((ROOT / "solutions" / stage.notebook).read_text(encoding="utf-8"))
         points = {}
@@ -75,7 +75,7 @@ def test_solution_check_cells_carry_the_registry_points():
 def test_the_release_sets_the_registry_points_on_drifted_cells():
     import nbformat
 
-    from course.release import registry_points
+    from instructor.nbgrader_release import registry_points
 
     notebook = nbformat.read(ROOT / "solutions" / REGISTRY[1].notebook, as_version=4)
     cells = [c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course.manifest import MANIFEST, EditedNotebooks, edited_notebooks, write_notebooks
+from instructor.manifest import MANIFEST, EditedNotebooks, edited_notebooks, write_notebooks
 
 
 def test_a_release_records_what_it_wrote_and_rewrites_untouched_notebooks(tmp_path):
@@ -54,8 +54,8 @@ def test_course_release_keeps_a_students_answers(tmp_path, capsys):
     """The real command, on one notebook: an edited release notebook stops the release."""
     import shutil
 
-    from course.release import REPO_ROOT
-    from course.release import main as release
+    from course.paths import ROOT as REPO_ROOT
+    from instructor.release import main as release
 
     solutions, notebooks = tmp_path / "solutions", tmp_path / "notebooks"
     solutions.mkdir()
@@ -76,12 +76,12 @@ def test_course_release_keeps_a_students_answers(tmp_path, capsys):
 
 
 def test_nbgrader_finds_its_commands_beside_this_interpreter(tmp_path, monkeypatch):
-    """`.venv/bin/python -m course.release` without an activated virtualenv: nbgrader's database
+    """`.venv/bin/python -m instructor.release` without an activated virtualenv: nbgrader's database
     step runs `alembic` from PATH, so the interpreter's own bin folder comes first there."""
     import sys
     from pathlib import Path
 
-    from course.release import nbgrader_environment
+    from instructor.nbgrader_release import nbgrader_environment
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     env = nbgrader_environment(tmp_path)

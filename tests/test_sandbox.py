@@ -253,8 +253,8 @@ def test_logs_are_read_through_the_graders_own_descriptor_tail_only_never_blocki
 def test_pasted_copies_are_caught_and_independent_work_is_not():
     from autograder.trusted.grader import _sources
     from autograder.trusted.reference import COURSE_DIR, copied_references
-    from autograder.trusted.submission import load_submission
     from course.registry import GRADED_FUNCTIONS
+    from course.submission import load_submission
 
     whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
     assert set(copied_references(whole_reference)) == set(GRADED_FUNCTIONS)

@@ -19,8 +19,8 @@ import pytest
 
 from autograder.api import grade
 from autograder.trusted.isolation import sandbox_problem
-from course.edition import build_edition
-from course.release import REPO_ROOT
+from course.paths import ROOT as REPO_ROOT
+from instructor.edition import build_edition
 
 needs_sandbox = pytest.mark.skipif(sandbox_problem(REPO_ROOT) is not None, reason="no bubblewrap sandbox here")
 

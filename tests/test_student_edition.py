@@ -1,4 +1,4 @@
-"""The student edition (`python -m course.release --student-edition DIR --reveal 1,2`): it holds no
+"""The student edition (`python -m instructor.release --student-edition DIR --reveal 1,2`): it holds no
 code of an unrevealed stage's reference, installs, and grades from stored cases alone (a practice
 grade), where blank notebooks score 0 and the reference scores full marks of what is gradable.
 Its notebooks and `python -m course.train` run on the learner's own stages where a stage is not
@@ -24,10 +24,10 @@ from nbclient import NotebookClient
 
 from autograder.trusted.reference import COPY_THRESHOLD, reference_prints
 from autograder.trusted.similarity import containment, kgrams, tokens
+from course.paths import ROOT as REPO_ROOT
 from course.reference_run import RECORDED
 from course.registry import HOME_MODULES, REGISTRY, STAGE_MODULES, STAGE_NAMED
-from course.release import REPO_ROOT
-from course.release import main as release
+from instructor.release import main as release
 
 REVEALED = ("1_tokenization", "2_scoring")
 UNREVEALED = [name for stage in REGISTRY if stage.key not in REVEALED for name in stage.functions]
@@ -157,8 +157,11 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
     for name in revealed:  # the scan finds what is there: the revealed references' own lines
         assert all(any(line.encode() in data for data in blobs.values()) for line in _distinctive_lines(name))
     assert not (edition / "solutions").exists() and not (edition / "tests").exists()
-    assert not (edition / "course" / "release.py").exists()
-    assert not (edition / "autograder" / "gradescope.py").exists()
+    assert not (edition / "instructor").exists()  # no instructor's code at all
+    # the one-release alias of the release command is there, and says it is not for this install
+    alias = subprocess.run([sys.executable, "-m", "course.release"], cwd=edition,
+                           env={**os.environ, "PYTHONPATH": str(edition)}, capture_output=True, text=True)
+    assert alias.returncode == 2 and "a student edition leaves it out" in alias.stderr, alias.stderr
     # the revealed stages' reference is there, whole; the others are stubs that say what to do
     for stage in REGISTRY:
         text = (edition / f"{stage.module.replace('.', '/')}.py").read_text(encoding="utf-8")
@@ -302,7 +305,7 @@ def test_bad_flags_are_usage_errors_naming_the_flag(argv, flag, tmp_path, capsys
 
 
 def test_reveal_reads_numbers_keys_all_and_none():
-    from course.edition import parse_reveal
+    from instructor.edition import parse_reveal
 
     assert parse_reveal("2,1") == REVEALED
     assert parse_reveal("1_tokenization, 2") == REVEALED
@@ -318,6 +321,7 @@ def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
     two, whose diagnoses need the stored per-row gradients."""
     import runpy
 
+    from autograder.selfcheck import InProcessRunner
     from autograder.trusted import checks  # noqa: F401  (registers the checks)
     from autograder.trusted.core import CHECKS
     from autograder.trusted.grader import Grader
@@ -334,7 +338,7 @@ def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
             if bug == "plain_path_uses_chunked_head":
                 continue  # the given head counts its calls in the sandbox's course sources only
             namespace = runpy.run_path(str(REPO_ROOT / "tests" / "autograder_cases" / f"mutant_{bug}.py"))
-            grader = Grader(None, namespace=namespace, stored_only=True, seed=5)
+            grader = Grader(None, runner=InProcessRunner(namespace, 'cpu'), stored_only=True, seed=5)
             target = [grader.run_check(c) for c in CHECKS if c.function == function and words in c.name]
             assert target, bug
             for result in target:

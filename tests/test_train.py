@@ -19,9 +19,9 @@ from course.train import (
     NORMALIZATIONS,
     WARM_START,
     TrainConfig,
-    main,
     train,
 )
+from course.train_cli import main
 from course.warm_start import WarmStartConfig, train_warm_start
 
 pytestmark = pytest.mark.usefixtures("single_thread")

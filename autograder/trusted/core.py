@@ -170,7 +170,7 @@ def fingerprint(spec: Case) -> str:
     """The definition of a stored case: its name, seeds and the layout of its inputs.
 
     It changes when a developer changes what a case feeds the submission (then run `python -m
-    autograder.fixtures`), never with the machine, the torch or the Python version. Changes of
+    instructor.fixtures`), never with the machine, the torch or the Python version. Changes of
     values within the same layout keep the stored inputs and answers consistent with each other;
     tests/test_autograder_fixtures.py still asks for a regeneration then.
     """
@@ -287,3 +287,33 @@ def item(output, index: int, length: int, what: str):
         raise Fail(f"{what} should be a tuple of {length}, got "
                    f"{type(output).__name__}{'' if not isinstance(output, (list, tuple)) else f' of {len(output)}'}")
     return output[index]
+
+
+def describe_error(function: str, response: dict) -> str:
+    status = response.get("status")
+    if status == "error":
+        if response.get("not_implemented"):
+            return f"{function} raises NotImplementedError: it is not implemented yet"
+        tail = str(response.get("traceback", "")).strip().splitlines()[-3:]
+        where = ("\n  " + "\n  ".join(tail)) if tail else ""
+        return f"{function} raised {response.get('error_type')}: {response.get('message')}{where}"
+    return f"{function}: unexpected answer from the probe (status {status!r})"
+
+
+def judge_cases(ctx, case_name: str, judge, stored: int | None = None) -> None:
+    """Run `judge(case_run)` on the stored cases (the first `stored` of them when given) and on the
+    fresh one; catch an implementation that only knows the stored ones."""
+    passed_stored = True
+    runs = ctx.cases(case_name)
+    if stored is not None:
+        runs = [run for run in runs if not run.fresh][:stored] + [run for run in runs if run.fresh]
+    for run in runs:
+        try:
+            judge(run)
+        except Fail as exc:
+            if run.fresh and passed_stored:
+                raise Fail(f"{run.label}: {exc} — the stored cases passed but fresh inputs do "
+                           "not: an implementation that reads the expected values instead of "
+                           "computing them gets no points for them") from None
+            raise Fail(f"{run.label}: {exc}") from None
+        passed_stored = passed_stored and not run.fresh

@@ -25,23 +25,20 @@ from pathlib import Path
 import torch
 
 from autograder.trusted import core
-from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference
+from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
 from autograder.trusted.isolation import isolation_tier
-from autograder.trusted.parsing import parse
 from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
-from autograder.trusted.submission import Submission
+from course.parsing import parse
+from course.paths import EDITION, FIXTURES, ROOT
 from course.registry import STAGE_OF
+from course.submission import Submission
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"
-# Written by `python -m course.release --student-edition` at the root of a student edition.
-EDITION = ROOT / "edition.json"
 NO_FORK = ("skipped: this check forks data-parallel processes, and this Python has no os.fork "
            "(Windows); `pytest autograder` on Linux or macOS grades it")
 OFFICIAL_ELSEWHERE = ("the official grade draws fresh cases and judges them with the reference: "
-                      "Gradescope, `python -m autograder.batch`, or `pytest autograder --official` "
+                      "Gradescope, `python -m instructor.batch`, or `pytest autograder --official` "
                       "in the full course repository")
 
 STATUS_MESSAGES = {
@@ -175,11 +172,13 @@ START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the 
 class Grader:
     def __init__(self, submission: Submission | None, device: str = "cpu",
                  probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
-                 namespace: dict | None = None, official: bool = False,
+                 runner=None, official: bool = False,
                  time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None,
                  allow_reference: bool = False, stored_only: bool | None = None,
                  isolation: str = "auto", started_at: float | None = None):
-        """`sandbox`: a template started ahead for this grading alone (batch grading starts the
+        """`runner`: where the submission runs when it is not a sandbox (`autograder.selfcheck`'s
+        InProcessRunner, the notebook's own kernel: a practice grade); None: a sandbox.
+        `sandbox`: a template started ahead for this grading alone (batch grading starts the
         next submission's while one is graded); it must not be used for another grading.
         `allow_reference`: a pasted copy of the reference earns its points (an instructor checking
         the solution notebooks, which hold the reference); never for a student's grade.
@@ -199,16 +198,14 @@ class Grader:
         self.start_time = time.monotonic() if started_at is None else started_at
         self.out_of_time = False  # the time limit stopped the grading before its last check
         self.grader_errors: list[str] = []  # checks the grader itself could not judge
-        self.in_process = namespace is not None
+        self.in_process = runner is not None
         self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
         self.stage_failures: dict[str, str] = {}
         self.copied: dict[str, str] = {}  # graded function -> why it is not graded
         self.practice: str | None = None  # why this grade is only a practice grade
         self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
         if self.in_process:
-            from autograder.selfcheck import InProcessRunner
-
-            self.runner = InProcessRunner(namespace, device)
+            self.runner = runner
         else:
             _import_trusted()
             self.isolation_tier, self.practice = isolation_tier(ROOT, isolation)
@@ -543,7 +540,7 @@ class Context:
         if stored is None or (not self.grader.stored_only
                               and stored.get("fingerprint") != core.fingerprint(spec)):
             raise RuntimeError(f"the stored case {name!r} is missing or its definition changed: "
-                               "run `python -m autograder.fixtures`")
+                               "run `python -m instructor.fixtures`")
         runs = [CaseRun(f"case {number}", entry["inputs"], entry["expected"], False, entry.get("diagnostics"))
                 for number, entry in enumerate((stored["seeds"][str(seed)] for seed in spec.seeds), start=1)]
         if self.grader.stored_only:
@@ -553,33 +550,3 @@ class Context:
             runs.append(CaseRun(f"fresh case (seed {self.grader.seed})", fresh_inputs,
                                 spec.expected(fresh_inputs), True))
         return runs
-
-
-def describe_error(function: str, response: dict) -> str:
-    status = response.get("status")
-    if status == "error":
-        if response.get("not_implemented"):
-            return f"{function} raises NotImplementedError: it is not implemented yet"
-        tail = str(response.get("traceback", "")).strip().splitlines()[-3:]
-        where = ("\n  " + "\n  ".join(tail)) if tail else ""
-        return f"{function} raised {response.get('error_type')}: {response.get('message')}{where}"
-    return f"{function}: unexpected answer from the probe (status {status!r})"
-
-
-def judge_cases(ctx: Context, case_name: str, judge, stored: int | None = None) -> None:
-    """Run `judge(case_run)` on the stored cases (the first `stored` of them when given) and on the
-    fresh one; catch an implementation that only knows the stored ones."""
-    passed_stored = True
-    runs = ctx.cases(case_name)
-    if stored is not None:
-        runs = [run for run in runs if not run.fresh][:stored] + [run for run in runs if run.fresh]
-    for run in runs:
-        try:
-            judge(run)
-        except Fail as exc:
-            if run.fresh and passed_stored:
-                raise Fail(f"{run.label}: {exc} — the stored cases passed but fresh inputs do "
-                           "not: an implementation that reads the expected values instead of "
-                           "computing them gets no points for them") from None
-            raise Fail(f"{run.label}: {exc}") from None
-        passed_stored = passed_stored and not run.fresh

@@ -15,11 +15,11 @@ import importlib
 import json
 import pkgutil
 from collections import Counter
-from pathlib import Path
 
 from autograder.trusted.dynamic import dynamic_code
-from autograder.trusted.parsing import parse
 from autograder.trusted.similarity import containment, fingerprints, kgrams, tokens
+from course.parsing import parse
+from course.paths import ROOT
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
 
 
@@ -98,7 +98,7 @@ def is_reference(function, name: str) -> bool:
 # exist in the process that grades it: a wrapper, `__wrapped__`, `importlib.reload`, or `exec` of
 # `inspect.getsource` all find the stub. Earlier stages' references stay whole (a student's train
 # step may use the reference tokenizer). A pasted copy is caught on this side, from the source.
-COURSE_DIR = Path(__file__).resolve().parents[2] / "course"
+COURSE_DIR = ROOT / "course"
 STAGE_NUMBER = {stage: number for number, stage in enumerate(STAGES, start=1)}
 MODULE_STAGE = {module: STAGE_NUMBER[stage] for module, stage in STAGE_MODULES.items()}
 STUB = ("def {name}(*args, **kwargs):\n"
@@ -106,7 +106,7 @@ STUB = ("def {name}(*args, **kwargs):\n"
         "{name}.__grader_stub__ = {name!r}\n")
 
 
-def _stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
+def stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
     """`source` with every function of the module (and every method of its private classes)
     replaced by a stub, except `keep` and helpers that its classes or module-level code use."""
     tree = parse(source)
@@ -153,7 +153,7 @@ def course_sources(stage: str | None) -> dict[str, str]:
         name = "course" if path.stem == "__init__" else f"course.{path.stem}"
         source = path.read_text(encoding="utf-8")
         if stage is not None and MODULE_STAGE.get(name, 0) >= STAGE_NUMBER[stage]:
-            source = _stubbed(source)
+            source = stubbed(source)
         sources[name] = _counted(source) if name == GIVEN_HEAD else source
     return sources
 
@@ -196,8 +196,8 @@ def reference_prints(salt: str = "") -> dict[str, list[str]]:
 
 
 # A student edition holds no reference of its unrevealed stages, only this: {"salt", "functions":
-# {graded function: its reference's fingerprints, salted}} (`course.edition` writes it).
-STORED_FINGERPRINTS = COURSE_DIR.parent / "autograder" / "fixtures" / "fingerprints.json"
+# {graded function: its reference's fingerprints, salted}} (`instructor.edition` writes it).
+STORED_FINGERPRINTS = ROOT / "autograder" / "fixtures" / "fingerprints.json"
 
 
 def _stored_prints() -> tuple[str, dict[str, set[str]]]:

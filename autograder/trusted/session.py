@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
 from autograder.trusted.sentinel import Sentinel
-from autograder.trusted.submission import load_submission
+from course.submission import load_submission
 
 
 def resolve_device(device: str) -> str:

@@ -16,7 +16,7 @@ for free:
 - `containment(reference, submitted)`: the share of the reference's fingerprints found among all
   the k-grams of the submitted code, in [0, 1]; 1.0 for a copy with dead code added anywhere.
 
-The thresholds in `autograder.trusted.reference` (the copy rule) and `autograder.batch` (similar
+The thresholds in `autograder.trusted.reference` (the copy rule) and `instructor.batch` (similar
 pairs of students) come from `benchmarks/bench_similarity.py`, which measures this score for the
 honest implementations and the near-copies in tests/autograder_cases/.
 

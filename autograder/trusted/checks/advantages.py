@@ -16,9 +16,9 @@ from autograder.trusted.core import (
     compare_scalar,
     field,
     item,
+    judge_cases,
     tensor,
 )
-from autograder.trusted.grader import judge_cases
 
 REWARDS = "compute_rollout_rewards"
 ADVANTAGES = "compute_group_normalized_rewards"

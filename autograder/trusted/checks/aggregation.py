@@ -8,8 +8,7 @@ import math
 import torch
 
 from autograder.trusted.checks.common import generator, ragged_mask, run_reference
-from autograder.trusted.core import Fail, Mistake, case, check, compare_scalar, scalar
-from autograder.trusted.grader import judge_cases
+from autograder.trusted.core import Fail, Mistake, case, check, compare_scalar, judge_cases, scalar
 
 FN = "aggregate_loss_across_microbatch"
 STEP_TOKENS = 37  # the token count of a whole (imaginary) optimizer step this micro-batch belongs to

@@ -17,9 +17,9 @@ from autograder.trusted.core import (
     compare_scalar,
     field,
     item,
+    judge_cases,
     tensor,
 )
-from autograder.trusted.grader import judge_cases
 from course.losses import GRPO_LOSS_FNS, PG_METHODS
 
 PG = "compute_policy_gradient_loss"

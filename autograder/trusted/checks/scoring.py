@@ -8,6 +8,7 @@ import math
 import torch
 
 from autograder.protocol.markers import build_model, build_tokenizer, model_marker
+from autograder.protocol.saved_bytes import SavedBytes  # counts the trusted model's own activations
 from autograder.trusted.checks.common import generator, reference_function, rng, run_reference
 from autograder.trusted.core import (
     BFLOAT16,
@@ -20,11 +21,10 @@ from autograder.trusted.core import (
     check,
     compare,
     field,
+    judge_cases,
     one_thread,
     tensor,
 )
-from autograder.trusted.grader import judge_cases
-from autograder.untrusted.probes import SavedBytes  # counts the trusted model's own activations
 
 ENTROPY = "compute_entropy"
 LOG_PROBS = "get_response_log_probs"

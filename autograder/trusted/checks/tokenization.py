@@ -6,8 +6,7 @@ import torch
 
 from autograder.protocol.markers import TOKENIZER, build_tokenizer
 from autograder.trusted.checks.common import rng, run_reference
-from autograder.trusted.core import Fail, Mistake, case, check, compare, field, tensor
-from autograder.trusted.grader import judge_cases
+from autograder.trusted.core import Fail, Mistake, case, check, compare, field, judge_cases, tensor
 
 FN = "tokenize_prompt_and_output"
 KEYS = ("input_ids", "labels", "response_mask")

@@ -25,9 +25,9 @@ from autograder.trusted.core import (
     compare_scalar,
     field,
     item,
+    judge_cases,
     tensor,
 )
-from autograder.trusted.grader import judge_cases
 from course.aggregation import LOSS_NORMALIZATIONS
 
 FN = "grpo_train_step"
@@ -194,7 +194,7 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.
 
 def _delta(run: dict, what: str) -> torch.Tensor:
     if run.get("status") != "ok":
-        from autograder.trusted.grader import describe_error
+        from autograder.trusted.core import describe_error
         raise Fail(f"{what}: {describe_error(FN, run)}")
     return tensor(run.get("delta"), "the parameter update")
 

@@ -1,6 +1,6 @@
 """Nothing a student wrote is lost: what a release wrote is recorded, and edits are never overwritten.
 
-Every command that writes notebooks into a folder (`python -m course.release`, the student
+Every command that writes notebooks into a folder (`python -m instructor.release`, the student
 edition) records there, in `.release-manifest.json`, the SHA-256 of each notebook it wrote. Before
 it writes again, it compares: a notebook whose bytes are no longer those it wrote was edited by
 someone (a student working in `notebooks/`, an instructor's fix), and is not overwritten unless

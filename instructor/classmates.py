@@ -7,7 +7,7 @@ function a student defines, `graded_prints` keeps the k-gram hashes of the defin
 functions of the submission it calls; two students are a pair when at least PAIR_FUNCTIONS of
 their graded functions share PAIR_THRESHOLD of the smaller one's k-grams (`similarity.resemblance`).
 
-A pair is a flag for the instructor to review (`autograder.batch` writes it in the CSV and a
+A pair is a flag for the instructor to review (`instructor.batch` writes it in the CSV and a
 report beside it), never a penalty: students may share a starting point the course gave them.
 Functions too short to tell apart (fewer than MIN_KGRAMS k-grams: a release template's
 `raise NotImplementedError`, a one-line function) are left out.
@@ -33,10 +33,11 @@ MIN_KGRAMS = 15
 def graded_prints(target: str) -> dict[str, list[str]]:
     """{graded function: sorted k-gram hashes of the submission's definition of it, with the
     functions it calls}, read (never run) from the submission at `target`."""
-    from autograder.trusted.grader import ROOT, _sources
+    from autograder.trusted.grader import _sources
     from autograder.trusted.reference import definitions_in, with_callees
-    from autograder.trusted.submission import load_submission
+    from course.paths import ROOT
     from course.registry import GRADED_FUNCTIONS
+    from course.submission import load_submission
 
     definitions = [d for source in _sources(load_submission(target, ROOT))
                    for d in definitions_in(source)[1]]

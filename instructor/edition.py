@@ -1,11 +1,11 @@
 """The student edition: an installable folder for students, with the reference of revealed stages only.
 
-    python -m course.release --student-edition DIR [--reveal 1,2] [--force]
+    python -m instructor.release --student-edition DIR [--reveal 1,2] [--force]
 
 writes into DIR:
     README.md, pyproject.toml    how to install and work (`pip install -e .`), the same dependencies
                                  as the course minus the instructors' tools (nbgrader, latex2mathml)
-    notebooks/                   nbgrader's student version of solutions/ (`course.release`)
+    notebooks/                   nbgrader's student version of solutions/ (`instructor.release`)
     course/                      the support code (models, tasks, rollout, train, plotting, ...), the
                                  warm-start checkpoint, the reference run that notebook 07 compares
                                  with (`course.reference_run`, recorded); the modules of every stage
@@ -18,12 +18,11 @@ writes into DIR:
                                  salted hashes (fixtures/fingerprints.json), never the reference's code
     edition.json                 what was revealed; its presence switches the autograder to stored-only
 
-Left out: solutions/, tests/, the instructors' tools (course.release, .edition, .mistakes,
-.one_implementation, .html_export, .manifest; autograder.batch, .gradescope and the fixtures'
-generator, which needs the reference). Stubs come from `autograder.trusted.reference._stubbed`,
+Left out: solutions/, tests/ and the instructor's tools (the whole `instructor/` package, and its
+`instructor` extra: nbgrader, latex2mathml). Stubs come from `autograder.trusted.reference.stubbed`,
 the same rewrite the sandbox applies to the stage it grades.
 
-Nothing a student wrote is lost: the notebooks are written by `course.manifest.write_notebooks`,
+Nothing a student wrote is lost: the notebooks are written by `instructor.manifest.write_notebooks`,
 which refuses (before anything is written) to overwrite a notebook edited since the last build;
 `--force` discards the edits, or build into another DIR. A DIR that is neither empty nor an
 edition is refused, so a typo cannot replace a folder's `course/`.
@@ -39,18 +38,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from course.manifest import write_notebooks
+from course.paths import EDITION_MARKER, ROOT, SOLUTIONS
 from course.registry import REGISTRY, STAGE_NAMED, Stage
+from instructor.manifest import write_notebooks
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-EDITION_MARKER = "edition.json"  # autograder.trusted.grader.EDITION: its presence means stored-only
-# instructors' tools: they read solutions/, run nbgrader or need the whole reference
-INSTRUCTOR_ONLY = {
-    "course": {"release.py", "edition.py", "mistakes.py", "one_implementation.py", "html_export.py",
-               "manifest.py"},
-    "autograder": {"batch.py", "gradescope.py", "fixtures/__main__.py"},
-}
-INSTRUCTOR_PACKAGES = ("nbgrader", "latex2mathml")  # course.release and course.html_export only
 ELSEWHERE = "another --student-edition DIR"
 
 NOT_REVEALED = '''
@@ -95,11 +86,11 @@ def check_target(folder: Path) -> None:
 
 
 def stub_module(source: str, stage: Stage) -> str:
-    """`source` with every function stubbed (`_stubbed`) but the stage's `given` helpers, the stubs
+    """`source` with every function stubbed (`stubbed`) but the stage's `given` helpers, the stubs
     raising StageNotRevealed."""
-    from autograder.trusted.reference import _stubbed
+    from autograder.trusted.reference import stubbed
 
-    tree = ast.parse(_stubbed(source, stage.given))
+    tree = ast.parse(stubbed(source, stage.given))
     at = 0  # after the module docstring and `from __future__` imports, which must come first
     while at < len(tree.body) and (
             isinstance(tree.body[at], ast.ImportFrom) and tree.body[at].module == "__future__"
@@ -112,12 +103,12 @@ def stub_module(source: str, stage: Stage) -> str:
 
 
 def _copy_package(name: str, target: Path, rewrite: dict[str, str]) -> None:
-    """Copy package `name` to `target`, leaving out caches and instructors' tools; its files in
-    `rewrite` (relative path -> text) are written with that text instead."""
-    source = REPO_ROOT / name
+    """Copy package `name` to `target`, leaving out caches; its files in `rewrite` (relative
+    path -> text) are written with that text instead."""
+    source = ROOT / name
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source).as_posix()
-        if "__pycache__" in path.parts or path.is_dir() or relative in INSTRUCTOR_ONLY[name]:
+        if "__pycache__" in path.parts or path.is_dir():
             continue
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
         if relative in rewrite:
@@ -127,7 +118,7 @@ def _copy_package(name: str, target: Path, rewrite: dict[str, str]) -> None:
 
 
 def stale_fixtures() -> list[str]:
-    """Stored cases whose definition changed since `python -m autograder.fixtures` last ran."""
+    """Stored cases whose definition changed since `python -m instructor.fixtures` last ran."""
     from autograder.trusted import checks  # noqa: F401  (registers the cases)
     from autograder.trusted.core import CASES, fingerprint
     from autograder.trusted.grader import load_fixtures
@@ -146,17 +137,10 @@ def fingerprint_file() -> str:
 
 
 def pyproject(revealed: tuple[str, ...]) -> str:
-    """The edition's pyproject.toml: the course's dependencies without the instructors' tools."""
-    text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    block = re.search(r"^dependencies = \[\n(.*?)^\]", text, re.S | re.M).group(1)
-    lines, comment = [], []
-    for line in block.splitlines():
-        if line.strip().startswith("#"):
-            comment.append(line)
-            continue
-        if not any(f'"{package}' in line for package in INSTRUCTOR_PACKAGES):
-            lines += comment + [line]
-        comment = []
+    """The edition's pyproject.toml: the course's own dependencies (the instructor's tools are the
+    `instructor` extra, which an edition leaves out with the package)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies = \[\n(.*?)^\]", text, re.S | re.M).group(1).rstrip("\n")
     python = re.search(r'^requires-python = "(.*)"', text, re.M).group(1)
     shown = ", ".join(revealed) or "none"
     return f'''[build-system]
@@ -171,7 +155,7 @@ readme = "README.md"
 requires-python = "{python}"
 license = "Apache-2.0"
 dependencies = [
-{chr(10).join(lines)}
+{block}
 ]
 
 [tool.setuptools.packages.find]
@@ -249,19 +233,19 @@ notebook you edited (it stops and says so); copy your notebooks into the new edi
 
 
 def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
-                  solutions: Path = REPO_ROOT / "solutions") -> list[Path]:
+                  solutions: Path = SOLUTIONS) -> list[Path]:
     """Write the student edition into `folder` (see the module docstring); returns the notebooks
     written. Raises ValueError for a folder that cannot hold one or stale stored cases, and
-    `course.manifest.EditedNotebooks` (writing nothing) where a notebook was edited since the last
+    `instructor.manifest.EditedNotebooks` (writing nothing) where a notebook was edited since the last
     build."""
-    from course.manifest import refuse_if_edited
-    from course.release import generate_release
+    from instructor.manifest import refuse_if_edited
+    from instructor.nbgrader_release import generate_release
 
     check_target(folder)
     stale = stale_fixtures()
     if stale:
         raise ValueError(f"the stored cases {', '.join(stale)} are out of date: run "
-                         "`python -m autograder.fixtures` first")
+                         "`python -m instructor.fixtures` first")
     with tempfile.TemporaryDirectory(prefix="grpo_edition_") as tmp:
         new = {p.name: p.read_bytes() for p in generate_release(solutions, Path(tmp) / "notebooks")}
         notebooks = folder / "notebooks"
@@ -270,7 +254,7 @@ def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
 
         staged = Path(tmp) / "edition"
         stubs = {f"{module.split('.')[1]}.py": stub_module(
-                     (REPO_ROOT / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"), stage)
+                     (ROOT / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"), stage)
                  for stage in REGISTRY if stage.key not in revealed
                  for module in (stage.module, *stage.helper_modules)}
         _copy_package("course", staged / "course", stubs)

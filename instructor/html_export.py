@@ -1,7 +1,7 @@
 """Executed HTML exports of the notebooks that read offline: nothing is loaded from the network.
 
-    python -m course.release --html OUT                        # all seven, about two minutes
-    python -m course.release --html OUT --only 01_tokenization.ipynb
+    python -m instructor.release --html OUT                        # all seven, about two minutes
+    python -m instructor.release --html OUT --only 01_tokenization.ipynb
 
 Each notebook of `solutions/` runs in a fresh kernel (nbclient), then every solution cell is
 replaced by its stub from the student release (`notebooks/`), so a page shows the reference's
@@ -69,7 +69,7 @@ def _student_view(executed: nbformat.NotebookNode, released: nbformat.NotebookNo
     for cell in executed.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
             if cell.id not in stubs:
-                raise ValueError(f"the release has no cell {cell.id!r}: run `python -m course.release` first")
+                raise ValueError(f"the release has no cell {cell.id!r}: run `python -m instructor.release` first")
             cell.source = stubs[cell.id]
         if cell.cell_type == "code":  # a widget needs a live kernel; its static figure stays
             cell.outputs = [out for out in cell.outputs if WIDGET_VIEW not in out.get("data", {})]

@@ -1,0 +1,15 @@
+"""Where things are: the one definition of the repository's root and of the student-edition marker.
+
+Every package (`course`, `autograder`, `instructor`) finds its files from here, so a folder moved
+or renamed is changed once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository, or a student edition's folder
+EDITION_MARKER = "edition.json"  # written by `instructor.release --student-edition`
+EDITION = ROOT / EDITION_MARKER  # its presence means: a student edition, graded from stored cases
+FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"  # the stored cases (`instructor.fixtures`)
+SOLUTIONS = ROOT / "solutions"  # the instructor's notebooks (nbgrader source); not in an edition

@@ -1,0 +1,84 @@
+"""The command line `python -m course.train`: its flags are `TrainConfig`'s fields, checked before
+torch loads (`course.cli`); then the loop runs with the reference's stages or, with `--notebooks`
+(and in a student edition, by default), the learner's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from course.cli import Parser, add_config_arguments
+from course.paths import EDITION_MARKER, ROOT
+from course.registry import STAGE_NAMED, STAGE_OF
+from course.train_config import (
+    CHOICES,
+    ConfigError,
+    TrainConfig,
+    flag_types,
+    temperature_problem,
+    validate,
+)
+
+
+def stages_of(names: tuple[str, ...]) -> str:
+    """"3_advantages, 4_losses": the stages of the graded functions `names`, in course order."""
+    return ", ".join(key for key in STAGE_NAMED if key in {STAGE_OF[name] for name in names})
+
+
+def edition_notebooks(missing: tuple[str, ...], root: Path = ROOT) -> Path:
+    """The notebooks to train with when the reference of the graded functions `missing` is not
+    here and no --notebooks was given: a student edition's own `notebooks/`. Raises ValueError
+    naming --notebooks where `root` is no edition or holds no notebooks."""
+    folder = root / "notebooks"
+    if not (root / EDITION_MARKER).is_file() or not any(folder.glob("*.ipynb")):
+        raise ValueError(f"the reference of stage {stages_of(missing)} is not here, and {folder} "
+                         "holds no notebooks: give --notebooks DIR, the folder of your notebooks")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m course.train`: check every flag, then import torch and train."""
+    parser = Parser(
+        prog="python -m course.train", description="End-to-end GRPO: the course's stages, "
+        "assembled into a loop that learns on a laptop CPU.",
+        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on CPU).")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
+                             "(default: write nothing, print the summary)")
+    parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
+                        help="train with your own stages, read from the notebooks in DIR (stages "
+                             "not written yet use the reference where it is available)")
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
+    args = vars(parser.parse_args(argv))
+    out, notebooks = args.pop("out"), args.pop("notebooks")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    try:  # what no single flag decides: values that must fit together, and the world size
+        validate(TrainConfig(**args), world_size)
+    except ConfigError as error:
+        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
+
+    from course import train as loop  # torch from here on; loaded before the learner's stand in
+    from course.implementations import StageNotWritten, load_implementations, missing_references
+
+    implementations = None
+    missing = missing_references()
+    if notebooks is None and missing:  # a student edition: train with the learner's stages
+        try:
+            notebooks = edition_notebooks(missing)
+        except ValueError as error:
+            parser.error(f"argument --notebooks: {error}")
+        print(f"this student edition has not revealed stage {stages_of(missing)}: training "
+              f"with your notebooks in {notebooks} (--notebooks DIR for another folder)")
+    if notebooks is not None:
+        try:
+            implementations = load_implementations(notebooks)  # stands in for the loop's stubs too
+        except (FileNotFoundError, StageNotWritten) as error:
+            parser.error(f"argument --notebooks: {error}")
+        print(implementations.table())
+        if problem := temperature_problem(implementations["grpo_train_step"]):
+            parser.error(f"argument --temperature: {problem}")
+    summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
+    if summary:
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))

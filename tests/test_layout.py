@@ -1,0 +1,139 @@
+"""The packages' layout, held: imports point one way, instructor -> autograder -> course.
+
+    course/                what a learner installs and reads: imports nothing outside course/
+    autograder/            grades: imports course/, never instructor/
+      trusted/             never imports untrusted/ (it never runs student code); nor the reverse:
+      untrusted/           protocol/ is the only vocabulary the two sides share
+      trusted/checks/      import trusted/core, never the grader that runs them
+    instructor/            releases, deploys, grades a class: nothing imports it
+
+An import inside `if __name__ == "__main__":` is a program's entry point (`python -m course.train`
+runs `course.train_cli`), not a dependency of whoever imports the module, so it is not counted.
+Every other import counts, at any depth (a function's own import is a dependency too).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("course", "autograder", "instructor")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _entry_point(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name) and test.left.id == "__name__")
+
+
+def _imported(module: str, path: Path) -> set[str]:
+    """The project modules `module` imports, resolved to the longest module that exists."""
+    found, todo = set(), [ast.parse(path.read_text(encoding="utf-8"))]
+    while todo:
+        node = todo.pop()
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")[: len(module.split(".")) - node.level
+                                        + (path.name == "__init__.py")]
+                base = ".".join(package + ([node.module] if node.module else []))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            while parts and ".".join(parts) not in MODULES:
+                parts.pop()
+            if parts and ".".join(parts) != module:
+                found.add(".".join(parts))
+        todo.extend(child for child in ast.iter_child_nodes(node) if not _entry_point(child))
+    return found
+
+
+EDGES = {module: _imported(module, path) for module, path in MODULES.items()}
+
+
+def _violations(rule) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in EDGES.items() for b in targets if rule(a, b))
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+RULES = {
+    "course imports nothing outside course": lambda a, b: _inside(a, "course") and not _inside(b, "course"),
+    "nothing imports the instructor's package": lambda a, b: _inside(b, "instructor") and not _inside(a, "instructor"),
+    "trusted never imports untrusted": lambda a, b: _inside(a, "autograder.trusted") and _inside(b, "autograder.untrusted"),
+    "untrusted never imports trusted": lambda a, b: _inside(a, "autograder.untrusted") and _inside(b, "autograder.trusted"),
+    "the checks never import the grader": lambda a, b: _inside(a, "autograder.trusted.checks") and b == "autograder.trusted.grader",
+    "the grader never imports the self-check": lambda a, b: a == "autograder.trusted.grader" and b == "autograder.selfcheck",
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_imports_point_one_way(rule):
+    assert _violations(RULES[rule]) == [], rule
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    assert _cycles(EDGES) == []
+
+
+def test_the_layout_test_sees_each_kind_of_violation():
+    """The test itself can fail: a planted upward import, a circle and an entry point."""
+    planted = {"course.a": {"autograder.x", "course.b"}, "course.b": {"course.a"},
+               "autograder.trusted.checks.c": {"autograder.trusted.grader"}}
+    assert _cycles(planted) == [["course.a", "course.b"]]
+    ups = [f"{a} -> {b}" for a, ts in planted.items() for b in ts
+           if RULES["course imports nothing outside course"](a, b)]
+    assert ups == ["course.a -> autograder.x"]
+    assert RULES["the checks never import the grader"]("autograder.trusted.checks.c", "autograder.trusted.grader")
+    tree = ast.parse("if __name__ == '__main__':\n    import autograder\n")
+    assert _entry_point(tree.body[0])
+    assert "course.train_cli" not in EDGES["course.train"]  # its __main__ block only
+    assert "course.train_config" in EDGES["course.train_cli"]
