@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from course.variants import LOSS_NORMALIZATIONS  # noqa: F401  (this stage's names, torch-free there)
+from course.variants import LOSS_NORMALIZATIONS  # this stage's names, torch-free there
 
 
 def masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -74,11 +74,9 @@ def aggregate_loss_across_microbatch(
             f"mask {tuple(mask.shape)} must match per_token_policy_gradient_loss "
             f"{tuple(loss.shape)}"
         )
-    if loss_normalization not in ("sequence", "token", "constant"):
-        raise ValueError(
-            "loss_normalization must be 'sequence', 'token' or 'constant', got "
-            f"{loss_normalization!r}"
-        )
+    if loss_normalization not in LOSS_NORMALIZATIONS:
+        raise ValueError(f"loss_normalization must be one of {LOSS_NORMALIZATIONS}, got "
+                         f"{loss_normalization!r}")
     if normalization_constant is not None and not normalization_constant > 0:
         raise ValueError(
             f"normalization_constant must be positive, got {normalization_constant!r}"

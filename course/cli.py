@@ -47,9 +47,10 @@ def field_help(config_class) -> dict[str, str]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=(),
-                         types=None) -> None:
-    """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped by its docstring."""
-    docs, choices, types = field_help(config_class), choices or {}, types or {}
+                         types=None, aliases=None) -> None:
+    """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped
+    by its docstring; `aliases`: field -> an older flag that still sets it (for one release)."""
+    docs, choices, types, aliases = field_help(config_class), choices or {}, types or {}, aliases or {}
     for field in (f for f in fields(config_class) if f.name not in exclude):
         default = field.default
         help_text = f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})"
@@ -57,8 +58,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=
             parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, default=default,
                                 action=argparse.BooleanOptionalAction, help=help_text)
             continue
-        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
-                            type=types.get(field.name, type(default)),
+        parser.add_argument("--" + field.name.replace("_", "-"), *aliases.get(field.name, ()),
+                            dest=field.name, type=types.get(field.name, type(default)),
                             default=default, choices=choices.get(field.name), help=help_text)
 
 

@@ -3,7 +3,7 @@
     python -m course.compare --out runs/compare                       # 5 losses x 2 normalizations, minutes
     python -m course.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50   # the full one
 
-Every (loss, normalization, seed) is one `course.train` run; everything else is equal, and the
+Every (pg_method, normalization, seed) is one `course.train` run; everything else is equal, and the
 seeds fix the problems and the sampling noise, so two variants differ only by their loss. The losses
 are those of `course.losses` (none = REINFORCE with the group baseline; noclip; grpo = PPO clip,
 Shao et al. 2024, arXiv 2402.03300; gspo, Zheng et al. 2025, arXiv 2507.18071; cispo, MiniMax 2025,
@@ -28,52 +28,52 @@ from pathlib import Path
 from course.cli import Parser, add_config_arguments
 from course.train_config import (
     CHOICES,
-    LOSSES,
-    NORMALIZATIONS,
+    FLAG_ALIASES,
     ConfigError,
     TrainConfig,
     flag_types,
     validate,
 )
+from course.variants import LOSS_NORMALIZATIONS, PG_METHODS
 
 # Fields of `TrainConfig` that this command sets per run (the others are common flags).
-PER_RUN = ("loss", "normalization", "seed")
+PER_RUN = ("pg_method", "normalization", "seed")
 # Short by default: ten runs in a few minutes on a 2-core CPU. `--steps` etc. for the full experiment.
 DEFAULTS = dict(steps=60, updates_per_rollout=2, eval_problems=100, eval_samples=2, eval_every=20)
 COLUMNS = ("sampled before", "sampled after", "greedy after", "entropy", "KL", "wall s")
 STYLES = {"sequence": "-", "token": "--", "constant": ":"}
 
 
-def run_variants(base: TrainConfig, losses, normalizations, seeds, out: Path, log=print) -> list[dict]:
-    """Train every (loss, normalization, seed); one record per run with its held-out curve."""
+def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path, log=print) -> list[dict]:
+    """Train every (pg_method, normalization, seed); one record per run with its held-out curve."""
     from course.train import train  # torch: after the command line is checked
 
     runs = []
-    for loss in losses:
+    for pg_method in pg_methods:
         for normalization in normalizations:
             for seed in seeds:
-                config = replace(base, loss=loss, normalization=normalization, seed=seed)
-                folder = out / f"{loss}-{normalization}-seed{seed}"
+                config = replace(base, pg_method=pg_method, normalization=normalization, seed=seed)
+                folder = out / f"{pg_method}-{normalization}-seed{seed}"
                 summary = train(config, folder, progress=False)
                 records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
                 curve = [(0, summary["accuracy_before"])] + [
                     (r["step"], r["heldout_accuracy_sampled"]) for r in records if "heldout_accuracy_sampled" in r]
-                runs.append({"loss": loss, "normalization": normalization, "seed": seed, "curve": curve,
+                runs.append({"pg_method": pg_method, "normalization": normalization, "seed": seed, "curve": curve,
                              "entropy": records[-1]["token_entropy"] if records else float("nan"),
                              "kl": records[-1]["kl_to_reference"] if records else 0.0,
                              **{k: summary[k] for k in ("accuracy_before", "accuracy_after",
                                                         "greedy_accuracy_after", "wall_seconds")}})
-                log(f"{loss:>6} {normalization:>8} seed {seed}: sampled {summary['accuracy_before']:.3f} -> "
+                log(f"{pg_method:>6} {normalization:>8} seed {seed}: sampled {summary['accuracy_before']:.3f} -> "
                     f"{summary['accuracy_after']:.3f}, greedy {summary['greedy_accuracy_after']:.3f}, "
                     f"{summary['wall_seconds']:.0f} s")
     return runs
 
 
 def table(runs: list[dict]) -> list[dict]:
-    """One row per (loss, normalization): means over seeds, and the mean curve."""
+    """One row per (pg_method, normalization): means over seeds, and the mean curve."""
     rows = []
-    for key in dict.fromkeys((r["loss"], r["normalization"]) for r in runs):
-        group = [r for r in runs if (r["loss"], r["normalization"]) == key]
+    for key in dict.fromkeys((r["pg_method"], r["normalization"]) for r in runs):
+        group = [r for r in runs if (r["pg_method"], r["normalization"]) == key]
         steps = [step for step, _ in group[0]["curve"]]
         rows.append({
             "variant": f"{key[0]} / {key[1]}", "normalization": key[1], "seeds": len(group),
@@ -123,14 +123,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/compare"),
                         help="folder for the runs, compare.png, compare.md and compare.json")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
-    parser.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES))
-    parser.add_argument("--normalizations", nargs="+", choices=NORMALIZATIONS, default=["sequence", "token"])
+    parser.add_argument("--pg-methods", "--losses", dest="pg_methods", nargs="+", choices=PG_METHODS,
+                        default=list(PG_METHODS), help="the policy-gradient losses to train with "
+                        "(--losses: its name before, for one release)")
+    parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=flag_types())
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN,
+                         types=flag_types(), aliases=FLAG_ALIASES)
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
-    losses, normalizations, seeds = args.pop("losses"), args.pop("normalizations"), args.pop("seeds")
+    pg_methods, normalizations, seeds = args.pop("pg_methods"), args.pop("normalizations"), args.pop("seeds")
     if any(seed < 0 for seed in seeds):
         parser.error(f"--seeds must be non-negative, got {seeds}")
     base = TrainConfig(**args)
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out {out} is not empty; choose another folder or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
 
-    rows = table(run_variants(base, losses, normalizations, seeds, out))
+    rows = table(run_variants(base, pg_methods, normalizations, seeds, out))
     title = (f"{base.steps} steps, {base.prompts_per_step}x{base.group_size} rollouts, lr {base.lr:g}, "
              f"{base.updates_per_rollout} updates/rollout, seeds {' '.join(map(str, seeds))}")
     (out / "compare.md").write_text(f"{title}\n\n{markdown(rows)}")

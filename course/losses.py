@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course.variants import KL_ESTIMATORS, PG_METHODS  # noqa: F401  (this stage's names, torch-free there)
+from course.variants import KL_ESTIMATORS, PG_METHODS  # this stage's names, torch-free there
 
 # Metadata that are plain counts (summed over micro-batches and ranks); the other keys are means.
 PG_COUNT_KEYS = ("clip_count", "clip_total", "importance_ratio_count")
@@ -37,7 +37,7 @@ GRPO_LOSS_FNS = ("dapo", "cispo")
 def compute_policy_gradient_loss(
     raw_rewards_or_advantages: torch.Tensor,
     policy_log_probs: torch.Tensor,
-    importance_reweighting_method: str = "none",
+    pg_method: str = "none",
     old_log_probs: torch.Tensor | None = None,
     cliprange: float | None = None,
     response_mask: torch.Tensor | None = None,
@@ -55,12 +55,9 @@ def compute_policy_gradient_loss(
     cispo  -sg(min(r, 1+eps)) A log pi        CISPO (arXiv 2506.13585)
     Advantages (B,) or (B, 1); policy_log_probs, old_log_probs, response_mask (B, T).
     """
-    method = importance_reweighting_method
-    if method not in ("none", "noclip", "grpo", "gspo", "cispo"):
-        raise ValueError(
-            "importance_reweighting_method must be none/noclip/grpo/gspo/cispo, got "
-            f"{method!r}"
-        )
+    method = pg_method
+    if method not in PG_METHODS:
+        raise ValueError(f"pg_method must be one of {PG_METHODS}, got {method!r}")
     if policy_log_probs.ndim != 2:
         raise ValueError(
             f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}"
@@ -192,8 +189,8 @@ class GRPOLossConfig:
     """ε_low: the ratio is clipped below at 1 − clip_lower (dapo only)."""
     clip_higher: float = 0.2
     """ε_high: clipped above at 1 + clip_higher (DAPO's clip-higher uses 0.28); CISPO's cap."""
-    kl_estimator: int = 2
-    """0: k1 = δ, 1: k2 = δ²/2, 2: k3 = exp(−δ) − 1 + δ, 3: ratio·δ, with δ = log π − log π_ref."""
+    kl_estimator: str = "k3"
+    """"k1" = δ, "k2" = δ²/2, "k3" = exp(−δ) − 1 + δ, "ratio_k1" = ratio·δ, with δ = log π − log π_ref."""
     beta: float = 0.0
     """Weight of the KL penalty in the total loss pg_loss_max + beta·kl."""
 
@@ -202,6 +199,8 @@ class GRPOLossConfig:
 
 
 def _validate_grpo_config(config) -> None:
+    """Raise ValueError naming the field of `config` (a GRPOLossConfig, or any object with its
+    fields) that is missing or out of range: the one check, at construction and in use."""
     for field in ("loss_fn", "clip_lower", "clip_higher", "kl_estimator", "beta"):
         if not hasattr(config, field):
             raise ValueError(f"config must have a {field!r} attribute (see GRPOLossConfig)")
@@ -218,20 +217,21 @@ def _validate_grpo_config(config) -> None:
 def estimate_kl(
     new_logprobs: torch.Tensor,
     ref_logprobs: torch.Tensor,
-    estimator: int,
+    estimator: str,
     ratio: torch.Tensor | None = None,
     response_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from samples of pi, all (B, T).
 
     Schulman 2020, "Approximating KL Divergence". delta = log pi - log pi_ref;
-    0: k1 = delta;  1: k2 = delta^2 / 2;  2: k3 = exp(-delta) - 1 + delta;
-    3: ratio * delta (k1 importance-weighted for samples from pi_old).
+    "k1" = delta;  "k2" = delta^2 / 2;  "k3" = exp(-delta) - 1 + delta;
+    "ratio_k1" = ratio * delta (k1 importance-weighted for samples from pi_old; open-instruct's
+    fourth estimator, open_instruct/grpo_utils.py).
     response_mask (B, T), optional: delta (and ratio) are 0 off the mask before any
     nonlinearity, so an inf or nan there reaches neither the value nor the gradient.
     """
-    if isinstance(estimator, bool) or estimator not in (0, 1, 2, 3):
-        raise ValueError(f"estimator must be 0, 1, 2 or 3, got {estimator!r}")
+    if not isinstance(estimator, str) or estimator not in KL_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
     if ref_logprobs.shape != new_logprobs.shape:
         raise ValueError(
             f"ref_logprobs {tuple(ref_logprobs.shape)} must match new_logprobs "
@@ -248,15 +248,15 @@ def estimate_kl(
         if ratio is not None and ratio.shape == delta.shape:
             ratio = torch.where(response_mask.bool(), ratio, 0)
     delta = delta.clamp(-40.0, 40.0)
-    if estimator == 0:
+    if estimator == "k1":
         return delta
-    if estimator == 1:
+    if estimator == "k2":
         return delta.pow(2) / 2
-    if estimator == 2:
+    if estimator == "k3":
         return torch.expm1(-delta) + delta  # exp(-delta) - 1, exact near 0
     if ratio is None or ratio.shape != new_logprobs.shape:
         raise ValueError(
-            f"estimator 3 needs ratio of shape {tuple(new_logprobs.shape)}, got "
+            f"estimator 'ratio_k1' needs ratio of shape {tuple(new_logprobs.shape)}, got "
             f"{None if ratio is None else tuple(ratio.shape)}"
         )
     return ratio.to(delta.dtype) * delta
@@ -281,14 +281,7 @@ def compute_grpo_loss(
     old_logprobs with its mask BEFORE computing ratio = exp(new − old), since backward
     through exp of an inf or nan at a masked position is nan whatever is selected later.
     """
-    if config.loss_fn not in ("dapo", "cispo"):
-        raise ValueError(
-            f"config.loss_fn must be 'dapo' or 'cispo', got {config.loss_fn!r}"
-        )
-    if config.kl_estimator not in (0, 1, 2, 3):
-        raise ValueError(
-            f"config.kl_estimator must be 0, 1, 2 or 3, got {config.kl_estimator!r}"
-        )
+    _validate_grpo_config(config)
     if new_logprobs.ndim != 2 or ratio.shape != new_logprobs.shape:
         raise ValueError(
             "new_logprobs and ratio must be the same (B, T), got "

@@ -78,8 +78,6 @@ from course.progress import progress_bar
 from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts
 from course.tasks import ADDITION, Task
 from course.train_config import (  # re-exported: `from course.train import TrainConfig, train`
-    LOSSES,
-    NORMALIZATIONS,
     WARM_START,
     ConfigError,
     TrainConfig,
@@ -88,7 +86,7 @@ from course.train_config import (  # re-exported: `from course.train import Trai
 )
 from course.train_step import grpo_train_step
 
-__all__ = ["LOSSES", "NORMALIZATIONS", "WARM_START", "TrainConfig", "train", "validate"]
+__all__ = ["WARM_START", "TrainConfig", "train", "validate"]
 
 # The held-out problems and their sampling noise are fixed, so every run is measured on the same test.
 EVAL_SEED = 1
@@ -177,7 +175,7 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     token_means, maxima, ref_log_probs = {}, {}, None
     if reference is not None:
         ref_log_probs = score_tokens(reference, tokens, config.temperature)
-        kl = estimate_kl(old_log_probs, ref_log_probs, estimator=2)                  # k3, (B, T)
+        kl = estimate_kl(old_log_probs, ref_log_probs, estimator="k3")               # (B, T)
         token_means["kl_to_reference"] = float((kl * mask).sum()) / max(count, 1)
     weights = None
     if rescore:
@@ -264,7 +262,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     per_rank = config.prompts_per_step // world_size
     constant = (config.normalization_constant or config.prompts_per_step * config.group_size
                 * config.max_new_tokens) if config.normalization == "constant" else None
-    needs_old = config.loss != "none"
+    needs_old = config.pg_method != "none"
 
     records: list[dict] = []
     before = held_out_accuracy(policy, tokenizer, config, task) if rank == 0 else {}
@@ -299,9 +297,9 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                 config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
                 rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
                 baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
-                importance_reweighting_method=config.loss,
+                pg_method=config.pg_method,
                 old_log_probs=log_probs["old_log_probs"] if needs_old else None,
-                cliprange=config.cliprange if config.loss in ("grpo", "gspo", "cispo") else None,
+                cliprange=config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None,
                 loss_normalization=config.normalization, normalization_constant=constant,
                 kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
                 ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,

@@ -14,6 +14,7 @@ from course.paths import EDITION_MARKER, ROOT
 from course.registry import STAGE_NAMED, STAGE_OF
 from course.train_config import (
     CHOICES,
+    FLAG_ALIASES,
     ConfigError,
     TrainConfig,
     flag_types,
@@ -50,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
                         help="train with your own stages, read from the notebooks in DIR (stages "
                              "not written yet use the reference where it is available)")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types(),
+                         aliases=FLAG_ALIASES)
     args = vars(parser.parse_args(argv))
     out, notebooks = args.pop("out"), args.pop("notebooks")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

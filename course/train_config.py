@@ -6,6 +6,7 @@ before torch loads (`course.cli`); `course.train.train` runs the loop.
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from course.variants import (
     BASELINES,
     IS_LEVELS,
     IS_MODES,
+    KL_ESTIMATOR_NUMBERS,
     KL_ESTIMATORS,
     LOSS_NORMALIZATIONS,
     MODEL_DTYPES,
@@ -24,9 +26,7 @@ from course.variants import (
 )
 
 WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
-LOSSES = PG_METHODS
-NORMALIZATIONS = LOSS_NORMALIZATIONS
-CHOICES = {"loss": LOSSES, "normalization": NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
+CHOICES = {"pg_method": PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
            "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS,
            "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
            "is_mode": IS_MODES}
@@ -59,7 +59,7 @@ class TrainConfig:
     per step) greedy accuracy fell from 0.93 to 0.69: the policy collapsed onto wrong answers."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    loss: str = "grpo"
+    pg_method: str = "grpo"
     """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo, cispo."""
     cliprange: float = 0.2
     """ε of the clipped losses (grpo, gspo, cispo)."""
@@ -89,8 +89,8 @@ class TrainConfig:
     bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
     kl_beta: float = 0.0
     """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
-    kl_estimator: int = 2
-    """Estimator of the KL penalty: 0 (k1 = δ), 1 (k2 = δ²/2), 2 (k3 = exp(−δ) − 1 + δ), 3 (ratio·δ)."""
+    kl_estimator: str = "k3"
+    """Estimator of the KL penalty: k1 (δ), k2 (δ²/2), k3 (exp(−δ) − 1 + δ), ratio_k1 (ratio·δ)."""
     eval_problems: int = 500
     """Held-out problems for the accuracy reports (at least 200 for the course's bar)."""
     eval_samples: int = 4
@@ -242,4 +242,17 @@ def temperature_problem(train_step) -> str | None:
 def flag_types(config_class=TrainConfig) -> dict:
     """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
     return {**bounded_types(config_class, LOWER_BOUNDS), "device": flag_type(str, device_problem),
-            "checkpoint": flag_type(str, checkpoint_problem)}
+            "checkpoint": flag_type(str, checkpoint_problem), "kl_estimator": kl_estimator_flag}
+
+
+# flags renamed since the release before, still accepted for one release (`course.cli`)
+FLAG_ALIASES = {"pg_method": ("--loss",)}
+
+
+def kl_estimator_flag(text: str) -> str:
+    """`--kl-estimator`: a name of KL_ESTIMATORS, or the number the release before used for it."""
+    if text in KL_ESTIMATOR_NUMBERS:
+        print(f"--kl-estimator {text} is now --kl-estimator {KL_ESTIMATOR_NUMBERS[text]}; the numbers "
+              "go in the next release", file=sys.stderr)
+        return KL_ESTIMATOR_NUMBERS[text]
+    return text

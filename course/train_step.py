@@ -49,10 +49,10 @@ ALIGNED_LOG_PROBS = ("old_log_probs", "ref_log_probs", "sampler_log_probs")
 class LossTerms:
     """What the per-token loss of a micro-batch is made of: ℓ = w · pg + β · kl."""
 
-    method: str = "none"
+    pg_method: str = "none"
     cliprange: float | None = None
     kl_beta: float = 0.0
-    kl_estimator: int = 2
+    kl_estimator: str = "k3"
     ref_model: torch.nn.Module | None = None
     tis_cap: float = 2.0
     temperature: float = 1.0
@@ -72,13 +72,13 @@ def grpo_train_step(
     baseline: str = "mean",
     advantage_eps: float = 1e-6,
     advantage_normalizer: str = "std",
-    importance_reweighting_method: str = "none",
+    pg_method: str = "none",
     old_log_probs: torch.Tensor | None = None,
     cliprange: float | None = None,
     loss_normalization: str = "sequence",
     normalization_constant: float | None = None,
     kl_beta: float = 0.0,
-    kl_estimator: int = 2,
+    kl_estimator: str = "k3",
     ref_log_probs: torch.Tensor | None = None,
     ref_model: torch.nn.Module | None = None,
     sampler_log_probs: torch.Tensor | None = None,
@@ -93,7 +93,7 @@ def grpo_train_step(
         reward_fn, repeated_prompts, rollout_responses, repeated_ground_truths: B
             rollouts in consecutive groups of `group_size`; baseline, advantage_eps,
             advantage_normalizer: see `compute_group_normalized_rewards`;
-            importance_reweighting_method, cliprange: `compute_policy_gradient_loss`'s.
+            pg_method, cliprange: `compute_policy_gradient_loss`'s.
         old_log_probs, ref_log_probs, sampler_log_probs: (B, T') log π_old, log π_ref
             and the sampler's log-probs of the tokenized batch (T' ≥ its T), of
             softmax(logits / τ): `temperature` τ scores π_θ (and a ref_model) the same.
@@ -106,7 +106,7 @@ def grpo_train_step(
     """
     aligned = dict(zip(ALIGNED_LOG_PROBS,
                        (old_log_probs, ref_log_probs, sampler_log_probs)))
-    terms = LossTerms(importance_reweighting_method, cliprange, kl_beta, kl_estimator,
+    terms = LossTerms(pg_method, cliprange, kl_beta, kl_estimator,
                       ref_model, tis_cap, temperature)
     _validate(len(rollout_responses), repeated_prompts, repeated_ground_truths,
               group_size, gradient_accumulation_steps, loss_normalization,
@@ -146,7 +146,7 @@ def per_token_step_loss(
     """ℓ = w · pg + β · kl for one micro-batch (b, T), and its metadata ((b, T) values).
 
     π_old is `old_log_probs` when given, else the policy itself (an on-policy step): the
-    TIS weights compare it with the sampler, and estimator 3 weights k1 by r = π/π_old.
+    TIS weights compare it with the sampler, and estimator "ratio_k1" weights k1 by r = π/π_old.
     """
     scored = get_response_log_probs(model, micro["input_ids"], micro["labels"],
                                     return_token_entropy=True,
@@ -154,7 +154,7 @@ def per_token_step_loss(
     log_probs, mask = scored["log_probs"], micro["response_mask"]  # (b, T)
     old = micro.get("old_log_probs")
     loss, metadata = compute_policy_gradient_loss(
-        micro["advantages"], log_probs, terms.method, old, terms.cliprange, mask)
+        micro["advantages"], log_probs, terms.pg_method, old, terms.cliprange, mask)
     metadata["token_entropy"] = scored["token_entropy"]
     old = log_probs.detach() if old is None else old
     if "sampler_log_probs" in micro:
@@ -180,9 +180,9 @@ def _validate(batch_size, prompts, ground_truths, group_size,
               gradient_accumulation_steps, loss_normalization, normalization_constant,
               terms: LossTerms, aligned: dict) -> None:
     """A ValueError naming the argument, before anything runs."""
-    if terms.method not in PG_METHODS:
-        raise ValueError(f"importance_reweighting_method must be one of {PG_METHODS}, "
-                         f"got {terms.method!r}")
+    if terms.pg_method not in PG_METHODS:
+        raise ValueError(f"pg_method must be one of {PG_METHODS}, "
+                         f"got {terms.pg_method!r}")
     if batch_size == 0:
         raise ValueError("rollout_responses must not be empty")
     if len(prompts) != batch_size or len(ground_truths) != batch_size:
@@ -218,7 +218,7 @@ def _validate(batch_size, prompts, ground_truths, group_size,
 def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
     if not (isinstance(terms.kl_beta, (int, float)) and terms.kl_beta >= 0):
         raise ValueError(f"kl_beta must be a number >= 0, got {terms.kl_beta!r}")
-    if terms.kl_estimator not in KL_ESTIMATORS or isinstance(terms.kl_estimator, bool):
+    if not isinstance(terms.kl_estimator, str) or terms.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, "
                          f"got {terms.kl_estimator!r}")
     references = (aligned["ref_log_probs"] is not None) + (terms.ref_model is not None)

@@ -12,7 +12,9 @@ importance-sampling levels and modes by `course.importance`, the overlong handli
 BASELINES = ("mean", "none")
 NORMALIZERS = ("std", "mean", "none")
 PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
-KL_ESTIMATORS = (0, 1, 2, 3)  # k1, k2, k3, ratio·k1: see `course.losses.estimate_kl`
+KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `course.losses.estimate_kl`
+# the numbers the release before named them by: `--kl-estimator 2` still means k3, for one release
+KL_ESTIMATOR_NUMBERS = dict(zip(("0", "1", "2", "3"), KL_ESTIMATORS))
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
 IS_LEVELS = ("token", "sequence", "geometric")  # see `course.importance.importance_weights`
 IS_MODES = ("truncate", "mask")

@@ -211,7 +211,7 @@ it is graded) and compares your run with the reference's, recorded for this edit
 
     pytest autograder                                   # all notebooks in notebooks/
     pytest autograder -k compute_entropy                # the checks of one function
-    pytest autograder --submission notebooks/02_log_probs.ipynb
+    pytest autograder --submission notebooks/02_scoring.ipynb
 
 This is a PRACTICE grade, and it says so: it judges your functions on the cases stored with this
 autograder (no fresh inputs), and skips, saying why, the few checks that need the reference. Your

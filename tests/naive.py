@@ -122,13 +122,13 @@ def policy_gradient_loss(
     return torch.stack(rows)
 
 
-def kl(delta: torch.Tensor, estimator: int, ratio: torch.Tensor | None = None) -> torch.Tensor:
+def kl(delta: torch.Tensor, estimator: str, ratio: torch.Tensor | None = None) -> torch.Tensor:
     """Schulman's estimators of KL(π‖π_ref) from δ = log π − log π_ref."""
-    if estimator == 0:
+    if estimator == "k1":
         return delta
-    if estimator == 1:
+    if estimator == "k2":
         return delta**2 / 2
-    if estimator == 2:
+    if estimator == "k3":
         return torch.exp(-delta) - 1 + delta
     return ratio * delta
 
@@ -197,7 +197,7 @@ def full_batch_loss(
     model, tokenizer, batch: dict, method: str, mode: str, old_log_probs=None,
     cliprange: float | None = None, constant: float | None = None, rows=None,
     per_microbatch_token_count: bool = False, accumulation_steps: int = 1, normalizer: str = "std",
-    kl_beta: float = 0.0, ref_log_probs=None, kl_estimator: int = 2, sampler_log_probs=None,
+    kl_beta: float = 0.0, ref_log_probs=None, kl_estimator: str = "k3", sampler_log_probs=None,
     tis_cap: float = 2.0, token_weights=None,
 ):
     """The GRPO objective of the whole batch (or of `rows` of it, with the whole batch's scale).

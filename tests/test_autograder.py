@@ -204,16 +204,16 @@ def _memorizing_notebook(path: Path) -> None:
 ANSWERS = {" + ".join(f"ANSWERS_{i}" for i in range(len(parts)))}
 
 def grpo_train_step(model, rollout_responses, max_grad_norm=None, old_log_probs=None,
-                    importance_reweighting_method="none", loss_normalization="sequence", **kwargs):
+                    pg_method="none", loss_normalization="sequence", **kwargs):
     table = torch.load(io.BytesIO(base64.b64decode(ANSWERS)), weights_only=True)
     for stored in table.values():
         if all(r in stored["responses"] for r in rollout_responses):  # a stored case or a shard of one
             break
     else:
         return torch.zeros(()), {{}}
-    if importance_reweighting_method == "noclip":
+    if pg_method == "noclip":
         raise RuntimeError("non-finite loss")
-    mode = "grpo" if importance_reweighting_method == "grpo" else loss_normalization
+    mode = "grpo" if pg_method == "grpo" else loss_normalization
     answer = stored["clipped"] if max_grad_norm is not None else stored[mode]
     with torch.no_grad():
         offset = 0

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from instructor.gradescope import build
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from course.registry import POINTS
+from instructor.gradescope import build
 from instructor.rehearsal import build_image, run_submission, table
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]

@@ -57,7 +57,7 @@ def bonus_step(model, tokenizer, batch, gas, mode, old):
         grpo_train_step, model, tokenizer, torch.optim.SGD(model.parameters(), lr=1.0), gas, None, reward_fn,
         batch["prompts"], batch["responses"], batch["ground_truths"], batch["group_size"], entropy_coef=COEF,
         loss_normalization=mode, normalization_constant=CONSTANT if mode == "constant" else None,
-        temperature=TAU, advantage_normalizer="none", importance_reweighting_method="grpo",
+        temperature=TAU, advantage_normalizer="none", pg_method="grpo",
         old_log_probs=old, cliprange=0.2)
     return [p.detach() - b for p, b in zip(model.parameters(), before)], metadata
 

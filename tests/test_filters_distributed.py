@@ -75,7 +75,7 @@ def _worker(rank: int, port: int, directory: str) -> None:
                 old, weights, mask = _weights(model, _kept_batch(), tokenizer)
                 width = tokenize(kept.repeated_prompts, kept.responses, tokenizer)["input_ids"].shape[1]
                 old, weights, mask = (x[index, :width] for x in (old, weights, mask))
-                extra = dict(importance_reweighting_method="grpo", cliprange=0.2, old_log_probs=old,
+                extra = dict(pg_method="grpo", cliprange=0.2, old_log_probs=old,
                              sampler_log_probs=as_sampler_log_probs(old, weights, mask), tis_cap=CAP)
             ddp = torch.nn.parallel.DistributedDataParallel(model)
             optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)

@@ -21,8 +21,8 @@ import pytest
 
 from autograder.gradescope import find_submission
 from autograder.gradescope import main as run_main
-from instructor.gradescope import build, main
 from autograder.trusted.isolation import sandbox_problem
+from instructor.gradescope import build, main
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_KEYS = {"name", "score", "max_score", "status", "output", "visibility"}

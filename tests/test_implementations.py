@@ -50,7 +50,7 @@ def test_the_blank_release_falls_back_to_the_reference_and_says_where_to_write()
     loaded = load_implementations(f"{ROOT}/notebooks")
     assert all(loaded[name] is getattr(course, name) for name in GRADED_FUNCTIONS)
     table = loaded.table()
-    assert "not written in 03_rewards_and_advantages.ipynb" in table
+    assert "not written in 03_advantages.ipynb" in table
     assert "6_train_step" in table and "yours" not in table
 
 
@@ -99,7 +99,7 @@ def _unrevealed(monkeypatch, name: str) -> None:
 
 
 def test_a_cell_that_does_not_parse_is_named_with_its_line_not_called_unwritten(tmp_path, monkeypatch):
-    write_notebook(tmp_path, "03_rewards_and_advantages.ipynb", "x = 1",
+    write_notebook(tmp_path, "03_advantages.ipynb", "x = 1",
                    "def compute_group_normalized_rewards(*args):\n    return (1,\n")
     fallback = load_implementations(tmp_path)
     origin = fallback.origins["compute_group_normalized_rewards"]
@@ -113,7 +113,7 @@ def test_a_cell_that_does_not_parse_is_named_with_its_line_not_called_unwritten(
 def test_a_stage_neither_written_nor_revealed_names_the_notebook(tmp_path, monkeypatch):
     write_notebook(tmp_path, "01.ipynb", "x = 1")
     _unrevealed(monkeypatch, "compute_group_normalized_rewards")
-    with pytest.raises(StageNotWritten, match="finish 03_rewards_and_advantages.ipynb.*reveal"):
+    with pytest.raises(StageNotWritten, match="finish 03_advantages.ipynb.*reveal"):
         load_implementations(tmp_path)
 
 
@@ -208,8 +208,8 @@ def test_a_stand_in_for_a_stub_is_the_learners_never_the_reference(tmp_path, mon
 def test_the_full_course_misses_no_reference_and_stage_not_written_reads_in_one_line():
     assert missing_references() == ()
     # what Jupyter shows for it (IPython's _render_traceback_ hook): the message, no traceback
-    error = StageNotWritten("finish 03_rewards_and_advantages.ipynb")
-    assert error._render_traceback_() == ["StageNotWritten: finish 03_rewards_and_advantages.ipynb"]
+    error = StageNotWritten("finish 03_advantages.ipynb")
+    assert error._render_traceback_() == ["StageNotWritten: finish 03_advantages.ipynb"]
 
 
 def test_course_train_finds_an_editions_notebooks_or_names_the_flag(tmp_path):

@@ -27,12 +27,12 @@ F64 = torch.float64
 def test_hand_worked_values():
     # log π = ln 0.5, log π_ref = ln 0.25: δ = ln 2 = 0.6931471805599453
     # k1 = 0.6931471805599453; k2 = δ²/2 = 0.2402265069591007; k3 = 1/2 − 1 + ln 2 = 0.1931471805599453
-    # k4 with ratio 1.5: 1.5 ln 2 = 1.0397207708399179
+    # ratio_k1 with ratio 1.5: 1.5 ln 2 = 1.0397207708399179
     new = torch.tensor([[math.log(0.5), 0.0]], dtype=F64)
     ref = torch.tensor([[math.log(0.25), 0.0]], dtype=F64)  # second token: δ = 0, every estimator 0
     ratio = torch.tensor([[1.5, 1.5]], dtype=F64)
-    expected = {0: 0.6931471805599453, 1: 0.2402265069591007, 2: 0.1931471805599453,
-                3: 1.0397207708399179}
+    expected = {"k1": 0.6931471805599453, "k2": 0.2402265069591007, "k3": 0.1931471805599453,
+                "ratio_k1": 1.0397207708399179}
     for estimator, value in expected.items():
         k = estimate_kl(new, ref, estimator, ratio=ratio)
         assert k.shape == (1, 2)
@@ -42,9 +42,9 @@ def test_hand_worked_values():
 def test_negative_delta():
     # δ = −ln 2: k1 = −0.693..., k2 = 0.240..., k3 = 2 − 1 − ln 2 = 0.3068528194400547
     new, ref = torch.tensor([math.log(0.25)], dtype=F64), torch.tensor([math.log(0.5)], dtype=F64)
-    assert estimate_kl(new, ref, 0).item() == pytest.approx(-math.log(2), abs=1e-15)
-    assert estimate_kl(new, ref, 1).item() == pytest.approx(math.log(2) ** 2 / 2, abs=1e-15)
-    assert estimate_kl(new, ref, 2).item() == pytest.approx(1 - math.log(2), abs=1e-15)
+    assert estimate_kl(new, ref, "k1").item() == pytest.approx(-math.log(2), abs=1e-15)
+    assert estimate_kl(new, ref, "k2").item() == pytest.approx(math.log(2) ** 2 / 2, abs=1e-15)
+    assert estimate_kl(new, ref, "k3").item() == pytest.approx(1 - math.log(2), abs=1e-15)
 
 
 def _categorical():
@@ -82,21 +82,21 @@ def test_gradients_differ_between_directions():
 
 
 def test_k1_expected_gradient_is_zero():
-    torch.testing.assert_close(_expected_gradient(0), torch.zeros(5, dtype=F64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(_expected_gradient("k1"), torch.zeros(5, dtype=F64), rtol=0, atol=1e-15)
 
 
 def test_k2_expected_gradient_is_reverse_kl_gradient():
-    torch.testing.assert_close(_expected_gradient(1), _kl_gradient("reverse"), rtol=0, atol=1e-14)
+    torch.testing.assert_close(_expected_gradient("k2"), _kl_gradient("reverse"), rtol=0, atol=1e-14)
 
 
 def test_k3_expected_gradient_is_forward_kl_gradient():
-    torch.testing.assert_close(_expected_gradient(2), _kl_gradient("forward"), rtol=0, atol=1e-14)
+    torch.testing.assert_close(_expected_gradient("k3"), _kl_gradient("forward"), rtol=0, atol=1e-14)
 
 
 def test_ratio_weighted_estimator_gradient_is_reverse_kl_on_and_off_policy():
     _, _, log_old = _categorical()
-    torch.testing.assert_close(_expected_gradient(3), _kl_gradient("reverse"), rtol=0, atol=1e-14)
-    torch.testing.assert_close(_expected_gradient(3, log_old), _kl_gradient("reverse"),
+    torch.testing.assert_close(_expected_gradient("ratio_k1"), _kl_gradient("reverse"), rtol=0, atol=1e-14)
+    torch.testing.assert_close(_expected_gradient("ratio_k1", log_old), _kl_gradient("reverse"),
                                rtol=0, atol=1e-14)
 
 
@@ -106,17 +106,17 @@ def test_k1_and_k3_are_unbiased_k2_is_not():
         log_pi = torch.log_softmax(theta, 0)
         pi = log_pi.exp()
         true_kl = (pi * (log_pi - log_ref)).sum()
-        means = {e: (pi * estimate_kl(log_pi, log_ref, e)).sum() for e in (0, 1, 2)}
-    torch.testing.assert_close(means[0], true_kl, rtol=0, atol=1e-15)
-    torch.testing.assert_close(means[2], true_kl, rtol=0, atol=1e-15)
-    assert abs(means[1] - true_kl) > 1e-3
+        means = {e: (pi * estimate_kl(log_pi, log_ref, e)).sum() for e in ("k1", "k2", "k3")}
+    torch.testing.assert_close(means["k1"], true_kl, rtol=0, atol=1e-15)
+    torch.testing.assert_close(means["k3"], true_kl, rtol=0, atol=1e-15)
+    assert abs(means["k2"] - true_kl) > 1e-3
 
 
 @pytest.mark.parametrize("kwargs, argument", [
-    ({"estimator": 4}, "estimator"),
-    ({"estimator": -1}, "estimator"),
-    ({"estimator": 3}, "ratio"),  # the ratio-weighted estimator needs the ratio
-    ({"estimator": 0, "ref_logprobs": torch.zeros(2, 4)}, "ref_logprobs|new_logprobs"),
+    ({"estimator": "k4"}, "estimator"),
+    ({"estimator": 2}, "estimator"),  # the old numbering is refused, by name
+    ({"estimator": "ratio_k1"}, "ratio"),  # the ratio-weighted estimator needs the ratio
+    ({"estimator": "k1", "ref_logprobs": torch.zeros(2, 4)}, "ref_logprobs|new_logprobs"),
 ])
 def test_bad_inputs_raise_naming_the_argument(kwargs, argument):
     arguments = {"new_logprobs": torch.zeros(2, 3), "ref_logprobs": torch.zeros(2, 3)}

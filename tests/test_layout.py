@@ -15,7 +15,6 @@ Every other import counts, at any depth (a function's own import is a dependency
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest

@@ -44,7 +44,7 @@ def sgd_step(model, tokenizer, batch: dict, gas: int, mode: str, old=None, const
     before = [p.detach().clone() for p in model.parameters()]
     grpo_train_step(model, tokenizer, torch.optim.SGD(model.parameters(), lr=1.0), gas, None, reward_fn,
                     batch["prompts"], batch["responses"], batch["ground_truths"], batch["group_size"],
-                    advantage_normalizer="none", importance_reweighting_method="grpo" if old is not None else "none",
+                    advantage_normalizer="none", pg_method="grpo" if old is not None else "none",
                     old_log_probs=old, cliprange=CLIPRANGE if old is not None else None,
                     loss_normalization=mode, normalization_constant=constant)
     return [p.detach() - b for p, b in zip(model.parameters(), before)]

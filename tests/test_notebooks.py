@@ -241,10 +241,10 @@ def invented(ctx) -> None:
     solutions = tmp_path / "solutions"
     shutil.copytree(SOLUTIONS, solutions)
     stale = stale_notebooks(solutions, checks)
-    assert "05_loss_normalization.ipynb" in stale and "01_tokenization.ipynb" not in stale, stale
+    assert "05_aggregation.ipynb" in stale and "01_tokenization.ipynb" not in stale, stale
     write_sections(solutions, checks)
     assert stale_notebooks(solutions, checks) == []
-    cell = next(c for c in nbformat.read(solutions / "05_loss_normalization.ipynb", 4).cells
+    cell = next(c for c in nbformat.read(solutions / "05_aggregation.ipynb", 4).cells
                 if TAG in c.metadata.get("tags", []))
     assert "*an invented mistake*. Fix: an invented fix." in cell.source
 

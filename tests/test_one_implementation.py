@@ -62,7 +62,7 @@ def test_write_makes_a_cell_the_course_function_with_its_helpers(tmp_path):
     for path in SOLUTIONS.glob("*.ipynb"):
         shutil.copy(path, tmp_path / path.name)
     # an edited solution cell and a lost given cell, in a copy of notebook 04
-    path = tmp_path / "04_policy_gradient_losses.ipynb"
+    path = tmp_path / "04_losses.ipynb"
     notebook = nbformat.read(path, as_version=4)
     notebook.cells = [c for c in notebook.cells if "def clipped_surrogate(" not in c.source]
     for cell in notebook.cells:

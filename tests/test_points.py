@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 CASES = ROOT / "tests" / "autograder_cases"
 STAGE_OF_NOTEBOOK = {stage.notebook: stage.key for stage in REGISTRY}
-FAST = ("03_rewards_and_advantages.ipynb", "05_loss_normalization.ipynb")
+FAST = ("03_advantages.ipynb", "05_aggregation.ipynb")
 # notebook 03 with the population std (divides by G) instead of the unbiased one: a real bug that
 # loses the std-normalization points of compute_group_normalized_rewards and keeps the others
 UNBIASED = "grouped.std(dim=1, keepdim=True)"

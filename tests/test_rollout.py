@@ -187,7 +187,7 @@ def test_the_train_step_scores_pi_theta_at_the_sampling_temperature(model_and_to
     _, metadata = grpo_train_step(
         model, tokenizer, optimizer, 1, None, r1_zero_reward_fn, rollouts.repeated_prompts,
         rollouts.responses, rollouts.repeated_ground_truths, 2, advantage_normalizer="none",
-        importance_reweighting_method="noclip", old_log_probs=tokens["sampler_log_probs"],
+        pg_method="noclip", old_log_probs=tokens["sampler_log_probs"],
         temperature=scored_at)
     ratio = float(metadata["importance_ratio_mean"])
     assert (abs(ratio - 1) < 1e-5) == ratio_is_one, ratio

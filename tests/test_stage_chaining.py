@@ -45,7 +45,7 @@ def _learner(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for notebook in sorted((REPO_ROOT / "solutions").glob("0[1-6]_*.ipynb")):
         shutil.copyfile(notebook, folder / notebook.name)
-    path = folder / "03_rewards_and_advantages.ipynb"
+    path = folder / "03_advantages.ipynb"
     document = json.loads(path.read_text(encoding="utf-8"))
     document["cells"].append({"cell_type": "code", "execution_count": None, "id": "negated",
                               "metadata": {}, "outputs": [], "source": NEGATED_REWARDS})
@@ -90,18 +90,18 @@ def test_a_student_edition_runs_a_later_stage_on_the_students_own_earlier_ones(t
     assert "StageNotRevealed" not in output  # not a stub: the student's own stage 3
 
     # Stage 3 not written yet (the release's blank notebook): the stub's message names the notebook.
-    shutil.copyfile(REPO_ROOT / "notebooks" / "03_rewards_and_advantages.ipynb",
-                    edition / "notebooks" / "03_rewards_and_advantages.ipynb")
+    shutil.copyfile(REPO_ROOT / "notebooks" / "03_advantages.ipynb",
+                    edition / "notebooks" / "03_advantages.ipynb")
     subprocess.run([sys.executable, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
                     "--allow-reference", "--seed", "1", "--results", str(results_path),
                     "-k", "grpo_train_step"], cwd=edition, capture_output=True, text=True, timeout=900)
     blank = json.loads(results_path.read_text())
     output = next(t["output"] for t in blank["tests"] if t["name"] == TRAIN_STEP_VALUE)
-    assert "not revealed yet" in output and "03_rewards_and_advantages.ipynb" in output, output
+    assert "not revealed yet" in output and "03_advantages.ipynb" in output, output
 
     # The same notebooks with stage 3 fixed (the solution's): every train-step check passes there.
-    shutil.copyfile(REPO_ROOT / "solutions" / "03_rewards_and_advantages.ipynb",
-                    edition / "notebooks" / "03_rewards_and_advantages.ipynb")
+    shutil.copyfile(REPO_ROOT / "solutions" / "03_advantages.ipynb",
+                    edition / "notebooks" / "03_advantages.ipynb")
     subprocess.run([sys.executable, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
                     "--allow-reference", "--seed", "1", "--results", str(results_path),
                     "-k", "grpo_train_step"], cwd=edition, capture_output=True, text=True, timeout=900)

@@ -170,7 +170,7 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
     stubbed = subprocess.run(
         [sys.executable, "-c", "from course.losses import estimate_kl; estimate_kl(None, None)"],
         cwd=edition, env={**os.environ, "PYTHONPATH": str(edition)}, capture_output=True, text=True)
-    assert "StageNotRevealed" in stubbed.stderr and "04_policy_gradient_losses.ipynb" in stubbed.stderr
+    assert "StageNotRevealed" in stubbed.stderr and "04_losses.ipynb" in stubbed.stderr
     assert "wait for the instructor to reveal it" in stubbed.stderr
 
 
@@ -264,7 +264,7 @@ def test_solution_notebooks_grade_in_the_edition_as_in_the_repository(edition, i
 def test_a_rebuild_never_overwrites_an_edited_notebook(edition, tmp_path, capsys):
     copy = tmp_path / "grpo"
     shutil.copytree(edition, copy)
-    notebook = copy / "notebooks" / "03_rewards_and_advantages.ipynb"
+    notebook = copy / "notebooks" / "03_advantages.ipynb"
     notebook.write_text(notebook.read_text() + " ", encoding="utf-8")  # a student's edit
     marker = (copy / "edition.json").read_bytes()
     solutions = tmp_path / "solutions"
@@ -370,8 +370,8 @@ def test_a_stored_only_grading_never_reaches_the_reference():
     assert run_reference("compute_entropy", logits).shape == (1,)  # the official grading computes it
 
 
-LEARNERS_WORK = ("03_rewards_and_advantages.ipynb", "04_policy_gradient_losses.ipynb",
-                 "05_loss_normalization.ipynb", "06_train_step.ipynb", "07_end_to_end.ipynb")
+LEARNERS_WORK = ("03_advantages.ipynb", "04_losses.ipynb",
+                 "05_aggregation.ipynb", "06_train_step.ipynb", "07_end_to_end.ipynb")
 
 
 @pytest.mark.slow
@@ -405,7 +405,7 @@ def test_notebook_02_names_notebook_01_when_stage_1_is_neither_written_nor_revea
                                                                                    monkeypatch):
     folder = tmp_path / "bare"
     assert release(["--student-edition", str(folder), "--reveal", "none"]) == 0
-    notebook = _execute(folder, "02_log_probs.ipynb", tmp_path, monkeypatch, until="nb2_predict_reveal")
+    notebook = _execute(folder, "02_scoring.ipynb", tmp_path, monkeypatch, until="nb2_predict_reveal")
     assert _errors(notebook) == []  # a message, not a traceback
     message = _printed(notebook, "nb2_earlier")
     assert "finish 01_tokenization.ipynb" in message and "reveal stage 1_tokenization" in message
@@ -431,5 +431,5 @@ def test_course_train_in_an_edition_trains_with_its_notebooks(edition, tmp_path)
     assert "has not revealed stage 3_advantages, 4_losses, 5_aggregation, 6_train_step" in trained.stdout
     origins = json.loads((tmp_path / "run" / "summary.json").read_text())["implementations"]
     assert origins["grpo_train_step"] == "yours (06_train_step.ipynb)"
-    assert origins["estimate_kl"] == "yours (04_policy_gradient_losses.ipynb)"
+    assert origins["estimate_kl"] == "yours (04_losses.ipynb)"
     assert origins["tokenize_prompt_and_output"].startswith("reference (course.")

@@ -56,7 +56,7 @@ def _rank_rows(zero_group: bool, rank: int) -> list[int]:
 def _arguments(method, mode, old):
     return {
         "advantage_normalizer": "none",  # exact in float32, see test_train_step.py
-        "importance_reweighting_method": method,
+        "pg_method": method,
         "old_log_probs": old if method != "none" else None,
         "cliprange": 0.2 if method in ("grpo", "cispo") else None,
         "loss_normalization": mode,
@@ -68,7 +68,7 @@ def _penalties(model, batch, tokenizer, kl: bool, tis: bool) -> dict:
     """Whole-batch (B, T) reference and sampler log-probs: the model's own, perturbed."""
     penalties = {}
     if kl:
-        penalties.update(kl_beta=KL_BETA, kl_estimator=2,
+        penalties.update(kl_beta=KL_BETA, kl_estimator="k3",
                          ref_log_probs=make_old_log_probs(model, batch, tokenizer, seed=1, scale=0.5))
     if tis:
         penalties.update(sampler_log_probs=make_old_log_probs(model, batch, tokenizer, seed=2), tis_cap=TIS_CAP)

@@ -111,9 +111,9 @@ def build(bug: str = "") -> dict:
         return adv, {"advantage_mean": adv.mean().item(), "advantage_std": adv.std().item()}
 
     def compute_policy_gradient_loss(raw_rewards_or_advantages, policy_log_probs,
-                                     importance_reweighting_method="none", old_log_probs=None, cliprange=None,
+                                     pg_method="none", old_log_probs=None, cliprange=None,
                                      response_mask=None):
-        method = importance_reweighting_method
+        method = pg_method
         a = raw_rewards_or_advantages.reshape(-1, 1).to(policy_log_probs.dtype)
         mask = torch.ones_like(policy_log_probs) if response_mask is None else response_mask.to(policy_log_probs.dtype)
         n = mask.sum().clamp_min(1)
@@ -160,15 +160,15 @@ def build(bug: str = "") -> dict:
 
     def estimate_kl(new_logprobs, ref_logprobs, estimator, ratio=None):
         d = new_logprobs - ref_logprobs
-        if estimator == 0:
+        if estimator == "k1":
             return d
-        if estimator == 1:
+        if estimator == "k2":
             return d * d / 2
-        if estimator == 2:
+        if estimator == "k3":
             return (d.exp() - 1 - d) if bug == "k3_sign" else (torch.exp(-d) - 1 + d)
-        if estimator == 3:
+        if estimator == "ratio_k1":
             return ratio * d
-        raise ValueError(f"estimator must be 0-3, got {estimator}")
+        raise ValueError(f"estimator must be k1, k2, k3 or ratio_k1, got {estimator}")
 
     def compute_grpo_loss(new_logprobs, ratio, advantages, ref_logprobs, config, tis_weights=None):
         a = advantages if advantages.ndim == 2 else advantages[:, None]
@@ -217,7 +217,7 @@ def build(bug: str = "") -> dict:
 
     def grpo_train_step(model, tokenizer, optimizer, gradient_accumulation_steps, max_grad_norm, reward_fn,
                         repeated_prompts, rollout_responses, repeated_ground_truths, group_size, baseline="mean",
-                        advantage_eps=1e-6, advantage_normalizer="std", importance_reweighting_method="none",
+                        advantage_eps=1e-6, advantage_normalizer="std", pg_method="none",
                         old_log_probs=None, cliprange=None, loss_normalization="sequence",
                         normalization_constant=None):
         if bug == "train_step_no_update":  # leaves the model alone: no gradients are left either
@@ -242,7 +242,7 @@ def build(bug: str = "") -> dict:
             log_probs = get_response_log_probs(model, batch["input_ids"][rows], batch["labels"][rows])["log_probs"]
             old = old_log_probs[rows, :log_probs.shape[1]] if old_log_probs is not None else None
             loss, _ = compute_policy_gradient_loss(adv[rows].to(log_probs.dtype), log_probs,
-                                                   importance_reweighting_method, old, cliprange, mask)
+                                                   pg_method, old, cliprange, mask)
             sums = (loss * mask).sum(1)
             if loss_normalization == "sequence":
                 value = (sums / mask.sum(1).clamp_min(1)).sum() / float(counts[0])

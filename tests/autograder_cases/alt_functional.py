@@ -4,10 +4,10 @@ import torch
 
 def estimate_kl(new_logprobs, ref_logprobs, estimator, ratio=None):
     log_ratio = new_logprobs - ref_logprobs
-    table = {0: lambda: log_ratio, 1: lambda: 0.5 * log_ratio.square(),
-             2: lambda: torch.expm1(-log_ratio) + log_ratio, 3: lambda: ratio * log_ratio}
+    table = {"k1": lambda: log_ratio, "k2": lambda: 0.5 * log_ratio.square(),
+             "k3": lambda: torch.expm1(-log_ratio) + log_ratio, "ratio_k1": lambda: ratio * log_ratio}
     if estimator not in table:
-        raise ValueError(f"estimator {estimator} is not 0, 1, 2 or 3")
+        raise ValueError(f"estimator {estimator!r} is not k1, k2, k3 or ratio_k1")
     return table[estimator]()
 
 

@@ -64,15 +64,15 @@ def compute_rollout_rewards(reward_fn, rollout_responses, repeated_ground_truths
 
 
 def estimate_kl(new_logprobs, ref_logprobs, estimator, ratio=None):
-    if type(estimator) is not int or not 0 <= estimator <= 3:
+    if estimator not in ("k1", "k2", "k3", "ratio_k1"):
         raise ValueError(f"unknown estimator {estimator!r}")
     if new_logprobs.shape != ref_logprobs.shape:
         raise ValueError("new_logprobs and ref_logprobs differ in shape")
     half = new_logprobs.dtype in (torch.half, torch.bfloat16)
     d = (new_logprobs.float() - ref_logprobs.float() if half else new_logprobs - ref_logprobs)
     d = torch.clamp(d, min=-40.0, max=40.0)
-    if estimator == 3 and (ratio is None or ratio.shape != d.shape):
-        raise ValueError("estimator 3 needs a ratio shaped like the log-probs")
-    terms = {0: lambda: d, 1: lambda: 0.5 * d * d, 2: lambda: (-d).expm1() + d,
-             3: lambda: d * ratio.to(d.dtype)}
+    if estimator == "ratio_k1" and (ratio is None or ratio.shape != d.shape):
+        raise ValueError("ratio_k1 needs a ratio shaped like the log-probs")
+    terms = {"k1": lambda: d, "k2": lambda: 0.5 * d * d, "k3": lambda: (-d).expm1() + d,
+             "ratio_k1": lambda: d * ratio.to(d.dtype)}
     return terms[estimator]()

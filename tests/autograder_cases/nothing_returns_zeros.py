@@ -36,9 +36,9 @@ def compute_group_normalized_rewards(raw_rewards, group_size, baseline="mean", a
     return torch.zeros_like(raw_rewards, dtype=torch.float64), {"advantage_mean": 0.0, "advantage_std": 0.0}
 
 
-def compute_policy_gradient_loss(raw_rewards_or_advantages, policy_log_probs, importance_reweighting_method="none",
+def compute_policy_gradient_loss(raw_rewards_or_advantages, policy_log_probs, pg_method="none",
                                  old_log_probs=None, cliprange=None, response_mask=None):
-    method = importance_reweighting_method
+    method = pg_method
     if method != "none" and old_log_probs is None:
         raise ValueError("old_log_probs is required")
     if method not in ("none", "noclip") and cliprange is None:
@@ -68,7 +68,7 @@ def aggregate_loss_across_microbatch(per_token_policy_gradient_loss, mask, loss_
     return torch.zeros((), dtype=per_token_policy_gradient_loss.dtype)
 
 
-def grpo_train_step(model, old_log_probs=None, importance_reweighting_method="none", **kwargs):
+def grpo_train_step(model, old_log_probs=None, pg_method="none", **kwargs):
     if old_log_probs is not None and not bool(torch.isfinite((-old_log_probs).exp()).all()):
         raise RuntimeError("non-finite loss: step skipped")
     return torch.zeros(()), {"loss": 0.0, "gradient_norm": 0.0, "response_token_count": 0.0}

@@ -20,7 +20,7 @@ from autograder.trusted.core import (
     judge_cases,
     tensor,
 )
-from course.losses import GRPO_LOSS_FNS, PG_METHODS
+from course.losses import GRPO_LOSS_FNS, KL_ESTIMATORS, PG_METHODS
 
 PG = "compute_policy_gradient_loss"
 GRPO = "compute_grpo_loss"
@@ -52,13 +52,13 @@ def _reference_gradient(name: str, inputs: dict, wrt: str, path, cotangent: torc
 def _pg_expected(inputs: dict) -> dict:
     out = {}
     for method in PG_METHODS:
-        loss, metadata = run_reference(PG, {**inputs, "importance_reweighting_method": method,
+        loss, metadata = run_reference(PG, {**inputs, "pg_method": method,
                                             "cliprange": EPS})
         out[method] = {"loss": loss.detach(), "metadata": {k: torch.as_tensor(v).double()
                                                            for k, v in metadata.items()}}
     # d(Σ mask · loss)/d log π of CISPO: the weight is detached, so -min(r, 1+ε)·A on the mask
     out["cispo"]["grad"] = _reference_gradient(
-        PG, {**inputs, "importance_reweighting_method": "cispo", "cliprange": EPS},
+        PG, {**inputs, "pg_method": "cispo", "cliprange": EPS},
         "policy_log_probs", 0, inputs["response_mask"].double())
     return out
 
@@ -115,7 +115,7 @@ def _pg_mistakes(method: str, inputs: dict, expected: dict) -> list:
 
 
 def _pg_judge(ctx, method: str, run, extra=None) -> dict:
-    kwargs = {**run.inputs, "importance_reweighting_method": method, "cliprange": EPS}
+    kwargs = {**run.inputs, "pg_method": method, "cliprange": EPS}
     if method == "none":
         kwargs.pop("old_log_probs")
     response = ctx.call(PG, kwargs, **(extra or {}))
@@ -170,7 +170,7 @@ def pg_masked_inputs(ctx) -> None:
         poisoned[row, column] = (math.nan, math.inf, -math.inf)[number % 3]
     cotangent = mask.double()
     for method in ("noclip", "grpo", "gspo", "cispo"):
-        kwargs = {**run.inputs, "importance_reweighting_method": method, "cliprange": EPS}
+        kwargs = {**run.inputs, "pg_method": method, "cliprange": EPS}
         expected = _reference_gradient(PG, kwargs, "policy_log_probs", 0, cotangent)
         response = ctx.call(PG, {**kwargs, "old_log_probs": poisoned}, grad_wrt=["policy_log_probs"],
                             backward={"path": "0", "cotangent": cotangent})
@@ -243,7 +243,7 @@ def pg_cispo(ctx) -> None:
 def pg_bad_input(ctx) -> None:
     inputs = _policy(3)
     for method, drop in (("grpo", "old_log_probs"), ("grpo", "cliprange"), ("noclip", "old_log_probs")):
-        kwargs = {**inputs, "importance_reweighting_method": method, "cliprange": EPS}
+        kwargs = {**inputs, "pg_method": method, "cliprange": EPS}
         kwargs.pop(drop)
         response = ctx.outcome(PG, kwargs)
         if response.get("status") == "ok" or not response.get("is_value_error"):
@@ -263,7 +263,7 @@ def _grpo_inputs(seed: int) -> dict:
 
 
 def _config(loss_fn: str) -> dict:
-    return config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator=2, beta=0.1)
+    return config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator="k3", beta=0.1)
 
 
 def _grpo_expected(inputs: dict) -> dict:
@@ -343,8 +343,8 @@ def grpo_no_ref(ctx) -> None:
 
 # ---- estimate_kl -------------------------------------------------------------------------------
 @case(f"{KL}/batch", expected=lambda inputs: {
-    "values": torch.stack([run_reference(KL, {**inputs, "estimator": k}).detach() for k in range(4)]),
-    "k3_grad": _reference_gradient(KL, {**inputs, "estimator": 2}, "new_logprobs", None,
+    "values": torch.stack([run_reference(KL, {**inputs, "estimator": k}).detach() for k in KL_ESTIMATORS]),
+    "k3_grad": _reference_gradient(KL, {**inputs, "estimator": "k3"}, "new_logprobs", None,
                                    torch.ones_like(inputs["new_logprobs"]))})
 def make_kl(seed: int) -> dict:
     g = generator(seed + 200)
@@ -359,17 +359,18 @@ def kl_values(ctx) -> None:
     def judge(run):
         delta = run.inputs["new_logprobs"] - run.inputs["ref_logprobs"]
         ratio = run.inputs["ratio"]
-        mistakes = {0: [Mistake("δ with the sign reversed (log π_ref − log π)", "δ = log π − log π_ref",
+        mistakes = {"k1": [Mistake("δ with the sign reversed (log π_ref − log π)", "δ = log π − log π_ref",
                                 lambda: -delta)],
-                    1: [Mistake("k2 without the 1/2", "k2 = δ²/2", lambda: delta ** 2)],
-                    2: [Mistake("k3 with the sign of δ reversed (exp(δ) − 1 − δ)",
+                    "k2": [Mistake("k2 without the 1/2", "k2 = δ²/2", lambda: delta ** 2)],
+                    "k3": [Mistake("k3 with the sign of δ reversed (exp(δ) − 1 − δ)",
                                 "k3 = exp(−δ) − 1 + δ with δ = log π − log π_ref", lambda: delta.exp() - 1 - delta),
                         Mistake("exp(δ) − 1 + δ", "k3 = exp(−δ) − 1 + δ", lambda: delta.exp() - 1 + delta)],
-                    3: [Mistake("δ / ratio instead of ratio·δ", "estimator 3 is ratio·δ", lambda: delta / ratio),
-                        Mistake("k1 without the ratio", "estimator 3 is ratio·δ", lambda: delta)]}
-        for k in range(4):
+                    "ratio_k1": [Mistake("δ / ratio instead of ratio·δ", "ratio_k1 is ratio·δ",
+                                         lambda: delta / ratio),
+                                 Mistake("k1 without the ratio", "ratio_k1 is ratio·δ", lambda: delta)]}
+        for index, k in enumerate(KL_ESTIMATORS):
             got = ctx.call(KL, {**run.inputs, "estimator": k})["output"]
-            compare(got, run.expected["values"][k], f"estimator {k}", mistakes[k])
+            compare(got, run.expected["values"][index], f"estimator {k!r}", mistakes[k])
     judge_cases(ctx, f"{KL}/batch", judge)
 
 
@@ -377,7 +378,7 @@ def kl_values(ctx) -> None:
 def kl_gradient(ctx) -> None:
     run = ctx.fresh_case(f"{KL}/batch")
     inputs = run.inputs
-    response = ctx.call(KL, {**inputs, "estimator": 2}, grad_wrt=["new_logprobs"],
+    response = ctx.call(KL, {**inputs, "estimator": "k3"}, grad_wrt=["new_logprobs"],
                         backward={"path": "", "cotangent": torch.ones(3, 5, dtype=torch.float64)})
     grad = response.get("grads", {}).get("new_logprobs")
     if grad is None:

@@ -73,7 +73,7 @@ def mode_kwargs(inputs: dict, mode: str, steps: int = 1, max_grad_norm=None) -> 
     kwargs = {**inputs, "gradient_accumulation_steps": steps, "max_grad_norm": max_grad_norm}
     old = kwargs.pop("old_log_probs")
     if mode == "grpo":
-        kwargs.update(loss_normalization="token", importance_reweighting_method="grpo",
+        kwargs.update(loss_normalization="token", pg_method="grpo",
                       old_log_probs=old, cliprange=EPS)
     else:
         kwargs["loss_normalization"] = mode
@@ -130,7 +130,7 @@ def row_gradients(kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
         scored = reference_function("get_response_log_probs")(model, batch["input_ids"][i:i + 1], batch["labels"][i:i + 1])
         old = kwargs.get("old_log_probs")
         loss, _ = reference_function("compute_policy_gradient_loss")(
-            advantages[i:i + 1], scored["log_probs"], kwargs.get("importance_reweighting_method", "none"),
+            advantages[i:i + 1], scored["log_probs"], kwargs.get("pg_method", "none"),
             old[i:i + 1] if old is not None else None, kwargs.get("cliprange"), batch["response_mask"][i:i + 1])
         (loss * batch["response_mask"][i:i + 1]).sum().backward()
         rows.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).clone()
@@ -152,7 +152,7 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.
 
     def rows():
         if not cache:
-            if stored is not None and kwargs.get("importance_reweighting_method", "none") == "none":
+            if stored is not None and kwargs.get("pg_method", "none") == "none":
                 cache.update(g=stored["gradients"].double(), n=stored["tokens"], a=stored["advantages"])
             else:
                 cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
@@ -321,7 +321,7 @@ def non_finite(ctx) -> None:
     mask = stored.expected["response_mask"]
     old = kwargs["old_log_probs"].clone()
     old[0, int(mask[0].nonzero()[0])] = -1e4  # ratio exp(1e4) = inf on a response token of a graded row
-    kwargs.update(old_log_probs=old, importance_reweighting_method="noclip", cliprange=None)
+    kwargs.update(old_log_probs=old, pg_method="noclip", cliprange=None)
     result = ctx.train_steps([kwargs], MODEL)[0]
     if result.get("status") == "ok":
         raise Fail("an infinite importance ratio gave no error: check the loss (or the gradient norm) is "
