@@ -75,8 +75,8 @@ def aggregate_loss_across_microbatch(
             f"{tuple(loss.shape)}"
         )
     if loss_normalization not in LOSS_NORMALIZATIONS:
-        raise ValueError(f"loss_normalization must be one of {LOSS_NORMALIZATIONS}, got "
-                         f"{loss_normalization!r}")
+        raise ValueError(f"loss_normalization must be one of {LOSS_NORMALIZATIONS}, "
+                         f"got {loss_normalization!r}")
     if normalization_constant is not None and not normalization_constant > 0:
         raise ValueError(
             f"normalization_constant must be positive, got {normalization_constant!r}"

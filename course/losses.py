@@ -199,19 +199,23 @@ class GRPOLossConfig:
 
 
 def _validate_grpo_config(config) -> None:
-    """Raise ValueError naming the field of `config` (a GRPOLossConfig, or any object with its
-    fields) that is missing or out of range: the one check, at construction and in use."""
-    for field in ("loss_fn", "clip_lower", "clip_higher", "kl_estimator", "beta"):
-        if not hasattr(config, field):
-            raise ValueError(f"config must have a {field!r} attribute (see GRPOLossConfig)")
+    """Raise ValueError naming the field of `config` (a GRPOLossConfig, or any object
+    with its fields) that is missing or out of range: the one check, at construction
+    and in use."""
+    try:  # each field by name: a computed attribute name is dynamic code to the grader
+        _ = (config.loss_fn, config.clip_lower, config.clip_higher, config.kl_estimator,
+             config.beta)
+    except AttributeError as error:
+        raise ValueError(f"config lacks a field of GRPOLossConfig: {error}") from None
     if config.loss_fn not in GRPO_LOSS_FNS:
-        raise ValueError(f"config.loss_fn must be one of {GRPO_LOSS_FNS}, got {config.loss_fn!r}")
+        raise ValueError(f"config.loss_fn must be one of {GRPO_LOSS_FNS}, "
+                         f"got {config.loss_fn!r}")
     if config.kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(f"config.kl_estimator must be one of {KL_ESTIMATORS}, got {config.kl_estimator!r}")
+        raise ValueError(f"config.kl_estimator must be one of {KL_ESTIMATORS}, "
+                         f"got {config.kl_estimator!r}")
     if not (config.clip_lower >= 0 and config.clip_higher >= 0):
-        raise ValueError(
-            f"config.clip_lower and config.clip_higher must be >= 0, got {config.clip_lower}, {config.clip_higher}"
-        )
+        raise ValueError("config.clip_lower and config.clip_higher must be >= 0, got "
+                         f"{config.clip_lower}, {config.clip_higher}")
 
 
 def estimate_kl(
@@ -225,8 +229,8 @@ def estimate_kl(
 
     Schulman 2020, "Approximating KL Divergence". delta = log pi - log pi_ref;
     "k1" = delta;  "k2" = delta^2 / 2;  "k3" = exp(-delta) - 1 + delta;
-    "ratio_k1" = ratio * delta (k1 importance-weighted for samples from pi_old; open-instruct's
-    fourth estimator, open_instruct/grpo_utils.py).
+    "ratio_k1" = ratio * delta (k1 importance-weighted for samples from pi_old;
+    open-instruct's fourth estimator, open_instruct/grpo_utils.py).
     response_mask (B, T), optional: delta (and ratio) are 0 off the mask before any
     nonlinearity, so an inf or nan there reaches neither the value nor the gradient.
     """
@@ -256,8 +260,8 @@ def estimate_kl(
         return torch.expm1(-delta) + delta  # exp(-delta) - 1, exact near 0
     if ratio is None or ratio.shape != new_logprobs.shape:
         raise ValueError(
-            f"estimator 'ratio_k1' needs ratio of shape {tuple(new_logprobs.shape)}, got "
-            f"{None if ratio is None else tuple(ratio.shape)}"
+            f"estimator 'ratio_k1' needs ratio of shape {tuple(new_logprobs.shape)}, "
+            f"got {None if ratio is None else tuple(ratio.shape)}"
         )
     return ratio.to(delta.dtype) * delta
 

@@ -146,7 +146,7 @@ def per_token_step_loss(
     """ℓ = w · pg + β · kl for one micro-batch (b, T), and its metadata ((b, T) values).
 
     π_old is `old_log_probs` when given, else the policy itself (an on-policy step): the
-    TIS weights compare it with the sampler, and estimator "ratio_k1" weights k1 by r = π/π_old.
+    TIS weights compare it with the sampler, and "ratio_k1" weights k1 by r = π/π_old.
     """
     scored = get_response_log_probs(model, micro["input_ids"], micro["labels"],
                                     return_token_entropy=True,
@@ -218,7 +218,8 @@ def _validate(batch_size, prompts, ground_truths, group_size,
 def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
     if not (isinstance(terms.kl_beta, (int, float)) and terms.kl_beta >= 0):
         raise ValueError(f"kl_beta must be a number >= 0, got {terms.kl_beta!r}")
-    if not isinstance(terms.kl_estimator, str) or terms.kl_estimator not in KL_ESTIMATORS:
+    estimator = terms.kl_estimator
+    if not isinstance(estimator, str) or estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, "
                          f"got {terms.kl_estimator!r}")
     references = (aligned["ref_log_probs"] is not None) + (terms.ref_model is not None)

@@ -177,8 +177,8 @@ def test_an_unrevealed_earlier_stage_is_the_learners_own(tmp_path, monkeypatch):
     assert uses.missing == ("compute_rollout_rewards",) and "compute_rollout_rewards" not in uses.functions
     assert uses["compute_group_normalized_rewards"]() == "mine"
     assert uses["tokenize_prompt_and_output"] is course.tokenize_prompt_and_output
-    assert re.search("compute_rollout_rewards +MISSING .*finish 03_rewards", uses.table())
-    with pytest.raises(StageNotWritten, match="compute_rollout_rewards.*finish 03_rewards"):
+    assert re.search("compute_rollout_rewards +MISSING .*finish 03_advantages", uses.table())
+    with pytest.raises(StageNotWritten, match="compute_rollout_rewards.*finish 03_advantages"):
         load_implementations(tmp_path)
     with pytest.raises(ValueError, match="stage must be one of"):
         earlier_stages("7_end_to_end", tmp_path)

@@ -111,7 +111,9 @@ def test_given_cells_hold_the_closure_of_helpers_and_imports():
     assert not any("class LossTerms" in h for h in helpers)
     from course.aggregation import aggregate_loss_across_microbatch
 
-    assert given_for(aggregate_loss_across_microbatch, {"torch"}) == ([], [])  # `masked` is a local
+    # `masked` is a local; the allowed values are their constant's
+    assert given_for(aggregate_loss_across_microbatch, {"torch"}) == (
+        ["from course.variants import LOSS_NORMALIZATIONS"], [])
 
 
 def test_given_cells_run_and_define_what_the_step_needs():
