@@ -7,9 +7,10 @@ import os
 import time
 from pathlib import Path
 
+from autograder.options import GradingOptions
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from autograder.trusted.core import CHECKS
-from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT
+from autograder.trusted.grader import ROOT
 from autograder.trusted.session import GradingSession
 
 
@@ -45,7 +46,7 @@ def unreadable(path: Path) -> str | None:
 
 def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: int | None = None,
           memory_mb: int = 6144, device: str = "cpu", official: bool = False,
-          time_limit: float = DEFAULT_TIME_LIMIT, sandbox=None,
+          time_limit: float = GradingOptions.time_limit, sandbox=None,
           allow_reference: bool = False, stored_only: bool | None = None,
           isolation: str = "auto") -> dict:
     """Run the checks of `functions` (default: all) on `submission`; never raises for its
@@ -61,8 +62,9 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     problem = submission_problem(str(submission))
     if problem:
         raise FileNotFoundError(problem)
-    session = GradingSession(submission, device, probe_timeout, memory_mb, seed, official,
-                             time_limit, sandbox, allow_reference, stored_only, isolation, started)
+    options = GradingOptions(device, probe_timeout, memory_mb, seed, official, time_limit,
+                             allow_reference, stored_only, isolation)
+    session = GradingSession(submission, options, sandbox, started)
     grader = session.grader
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]

@@ -23,7 +23,15 @@ import time
 
 import pytest
 
-from autograder.options import cuda_problem, memory_mb, seconds, seed
+from autograder.options import (
+    DEVICES,
+    ISOLATIONS,
+    GradingOptions,
+    cuda_problem,
+    memory_mb,
+    seconds,
+    seed,
+)
 from course.paths import ROOT
 
 STARTED = time.monotonic()  # the grading's one clock starts with the process (plugins load first)
@@ -36,22 +44,22 @@ def pytest_addoption(parser) -> None:
     group.addoption("--submission", default="notebooks",
                     help="folder of notebooks, one .ipynb, one .py, or a module name (`course`)")
     group.addoption("--results", default=None, help="write Gradescope results.json here")
-    group.addoption("--device", default="cpu", choices=("cpu", "cuda", "auto"))
-    group.addoption("--probe-timeout", type=seconds, default=30.0,
+    group.addoption("--device", default="cpu", choices=DEVICES)
+    group.addoption("--probe-timeout", type=seconds, default=GradingOptions.probe_timeout,
                     help="seconds a single call into the submission may take")
-    group.addoption("--memory-mb", type=memory_mb, default=6144,
+    group.addoption("--memory-mb", type=memory_mb, default=GradingOptions.memory_mb,
                     help="address space (MiB) the submission may use beyond the grader's libraries")
     group.addoption("--seed", type=seed, default=None,
                     help="seed of the fresh inputs (default: random)")
     group.addoption("--official", action="store_true",
                     help="an official grade: refuse to grade unless the sandbox isolates the submission")
-    group.addoption("--time-limit", type=seconds, default=None,
+    group.addoption("--time-limit", type=seconds, default=GradingOptions.time_limit,
                     help="wall-clock seconds the whole grading may take, from the start "
-                         "(default: 1200)")
+                         f"(default: {GradingOptions.time_limit:g})")
     group.addoption("--stored-only", action="store_true",
                     help="judge from the stored cases alone, without the reference (a practice "
                          "grade; always so in the student edition)")
-    group.addoption("--isolation", default="auto", choices=("auto", "bubblewrap", "landlock"),
+    group.addoption("--isolation", default="auto", choices=ISOLATIONS,
                     help="the sandbox's tier: the first that holds here (auto), bubblewrap, or "
                          "landlock (Landlock and seccomp, where namespaces are refused)")
     group.addoption("--allow-reference", action="store_true",
@@ -87,14 +95,14 @@ class Session:
     def __init__(self, config):
         from autograder.trusted.session import GradingSession
 
-        self.grading = GradingSession(
-            config.getoption("--submission"), config.getoption("--device"),
-            config.getoption("--probe-timeout"), config.getoption("--memory-mb"),
-            config.getoption("--seed"), official=config.getoption("--official"),
-            time_limit=config.getoption("--time-limit"),
+        options = GradingOptions(
+            device=config.getoption("--device"), probe_timeout=config.getoption("--probe-timeout"),
+            memory_mb=config.getoption("--memory-mb"), seed=config.getoption("--seed"),
+            official=config.getoption("--official"), time_limit=config.getoption("--time-limit"),
             allow_reference=config.getoption("--allow-reference"),
             stored_only=config.getoption("--stored-only") or None,
-            isolation=config.getoption("--isolation"), started_at=STARTED)
+            isolation=config.getoption("--isolation"))
+        self.grading = GradingSession(config.getoption("--submission"), options, started_at=STARTED)
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
         self.results_problem: str | None = None  # why results.json could not be written

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.options import MIN_MEMORY_MB, Parser, seconds
+from autograder.options import ISOLATIONS, MIN_MEMORY_MB, GradingOptions, Parser, seconds
 from course.paths import ROOT
 
 # Gradescope's default container (https://gradescope-autograders.readthedocs.io/en/latest/
@@ -30,8 +30,8 @@ GRADESCOPE_MEMORY, GRADESCOPE_CPUS = "768 MB", "0.5"
 # stage child's own memory (benchmarks/bench_gradescope.py); a submission gets the rest as its
 # address-space bound, and beyond it the OOM killer takes a stage child (oom_score_adj 1000) first
 GRADER_MB = 512
-DEFAULT_MEMORY_MB = 6144  # pytest autograder's own --memory-mb default
-DEFAULT_TIME_LIMIT = 1200.0
+DEFAULT_MEMORY_MB = GradingOptions.memory_mb  # pytest autograder's own --memory-mb default
+DEFAULT_TIME_LIMIT = GradingOptions.time_limit
 # the grader's own process at half a CPU: one thread (more only cost stacks and malloc arenas; the
 # expected values are computed on one thread anyway, `core.one_thread`) and two malloc arenas
 LEAN = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=seconds, default=DEFAULT_TIME_LIMIT,
                         help="wall-clock seconds for the whole grading, from the start "
                              f"(default {DEFAULT_TIME_LIMIT:g})")
-    parser.add_argument("--isolation", choices=("auto", "bubblewrap", "landlock"), default="auto",
+    parser.add_argument("--isolation", choices=ISOLATIONS, default="auto",
                         help="the sandbox's tier (auto: bubblewrap where the container allows "
                              "it, else Landlock and seccomp)")
     parser.add_argument("--allow-reference", action="store_true",

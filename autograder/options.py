@@ -12,10 +12,39 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed
 MIN_MEMORY_MB = 64  # below this no stage child can even build the tiny model
+ISOLATIONS = ("auto", "bubblewrap", "landlock")  # the sandbox's tiers (`trusted/isolation.py`)
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True)
+class GradingOptions:
+    """How one grading runs: the one record `pytest autograder`, `autograder.api.grade`,
+    `autograder.gradescope run` and `instructor.batch` hand the grader (checked by the flags'
+    parsers above before it is made)."""
+
+    device: str = "cpu"
+    """Where the submission's tensors live: cpu, cuda, or auto (cuda where a GPU is visible)."""
+    probe_timeout: float = 30.0
+    """Seconds one call into the submission may take."""
+    memory_mb: int = 6144
+    """Address space (MiB) the submission may use beyond the grader's own libraries."""
+    seed: int | None = None
+    """Seed of the fresh inputs (None: drawn at random)."""
+    official: bool = False
+    """Refuse to grade unless the sandbox isolates the submission (and not from stored cases)."""
+    time_limit: float = 1200.0
+    """Wall-clock seconds for the whole grading, from its start, restarts and waits included."""
+    allow_reference: bool = False
+    """Pasted copies of the reference earn points: an instructor's check of the solutions."""
+    stored_only: bool | None = None
+    """Judge from the stored cases alone (None: when this is a student edition)."""
+    isolation: str = "auto"
+    """The sandbox's tier: the first that holds here (auto), bubblewrap or landlock."""
 
 
 def number(text: str, kind=float, at_least: float | None = None,
@@ -81,3 +110,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
 
+
+
+DEFAULT_OPTIONS = GradingOptions()  # frozen: one shared default is safe

@@ -108,6 +108,7 @@ def _warning_to_stdout(message, category, filename, lineno, file=None, line=None
 def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None = None) -> SelfCheckScore:
     """Run the checks of graded function (or stage) `name` on `namespace`'s functions, print the
     table, and return the points earned (a float that also carries `max_score` and `results`)."""
+    from autograder.options import GradingOptions
     from autograder.trusted import checks  # noqa: F401  (registers the checks)
     from autograder.trusted.core import CHECKS
     from autograder.trusted.grader import Grader
@@ -125,7 +126,8 @@ def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None
         raise TypeError(f"self_check: namespace must be a dict such as globals(), got "
                         f"{type(namespace).__name__}")
     selected = [c for c in CHECKS if c.function in functions]
-    grader = Grader(None, device=device, seed=seed, runner=InProcessRunner(namespace, device))
+    grader = Grader(None, GradingOptions(device=device, seed=seed),
+                    runner=InProcessRunner(namespace, device))
     try:
         with stderr_to_stdout():
             results = [grader.run_check(c) for c in selected]

@@ -16,6 +16,7 @@ import torch
 
 
 def _pad_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its end-of-sequence token."""
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = getattr(tokenizer, "eos_token_id", None)
@@ -47,11 +48,7 @@ def tokenize_prompt_and_output(
         raise ValueError(
             "prompt_strs and output_strs are empty: there is nothing to tokenize"
         )
-    pad_id = (
-        tokenizer.pad_token_id
-        if tokenizer.pad_token_id is not None
-        else tokenizer.eos_token_id
-    )
+    pad_id = _pad_id(tokenizer)
 
     sequences, is_output = [], []
     for prompt, output in zip(prompt_strs, output_strs):

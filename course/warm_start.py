@@ -43,7 +43,7 @@ class WarmStartConfig:
     batch_size: int = 64
     """Problems per step, drawn with replacement from the train split."""
     lr: float = 1e-3
-    """AdamW learning rate, constant; twenty times GRPO's, as is usual for SFT vs RL."""
+    """AdamW learning rate, constant; ten times GRPO's (1e-4), as is usual for SFT vs RL."""
     max_grad_norm: float = 1.0
     """Clip the gradient norm to this: the loss spikes when the model leaves its plateau."""
     seed: int = 0

@@ -8,7 +8,7 @@ sandbox, with fresh inputs: see `autograder.trusted.isolation`), `--jobs` at a t
 
 Nothing is lost and nothing is graded twice: each student's grade is stored, as soon as it is
 known, in its own file under `<csv>.results/` (written whole or not at all: `autograder.trusted.results`),
-with a fingerprint of what was graded. A run that is interrupted is resumed by running the same
+with a digest of what was graded. A run that is interrupted is resumed by running the same
 command: a student whose stored grade matches the entry as it is now is skipped, unless
 `--regrade`. The CSV (`student,score,max_score`, then one column per stage) and the feedback files
 (one per student, every check with its diagnosis) are written from the stored grades.
@@ -162,7 +162,7 @@ def _digest(files: dict[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(entry: Path) -> str:
+def submission_digest(entry: Path) -> str:
     """A hash of what would be graded (names and bytes of the entry's files); for an entry that
     cannot be graded, a hash of why (never raises)."""
     try:
@@ -227,7 +227,7 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
     from instructor.classmates import graded_prints
 
     seed = secrets.randbelow(2**24) + 1000
-    record = {"student": student, "entry": entry, "fingerprint": fingerprint(Path(entry)),
+    record = {"student": student, "entry": entry, "fingerprint": submission_digest(Path(entry)),
               "seed": seed, "score": 0.0, "max_score": 0.0, "isolation": "", "checks": [],
               "problems": [], "note": "", "prints": {}}
     private = tempfile.mkdtemp(prefix="batch-")  # only this student's files: no classmate in view
@@ -379,7 +379,7 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
     feedback_dir.mkdir(parents=True, exist_ok=True)
     students = entries(folder)
     todo = {s: e for s, e in students.items() if regrade or (stored(store, s) or {}).get("incomplete")
-            or (stored(store, s) or {}).get("fingerprint") != fingerprint(e)}
+            or (stored(store, s) or {}).get("fingerprint") != submission_digest(e)}
     skipped = len(students) - len(todo)
     if skipped:
         print(f"{skipped} of {len(students)} already graded (kept; --regrade grades them again)")

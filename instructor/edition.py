@@ -120,12 +120,12 @@ def _copy_package(name: str, target: Path, rewrite: dict[str, str]) -> None:
 def stale_fixtures() -> list[str]:
     """Stored cases whose definition changed since `python -m instructor.fixtures` last ran."""
     from autograder.trusted import checks  # noqa: F401  (registers the cases)
-    from autograder.trusted.core import CASES, fingerprint
+    from autograder.trusted.core import CASES, case_fingerprint
     from autograder.trusted.grader import load_fixtures
 
     stored = load_fixtures()
     return [name for name, spec in CASES.items()
-            if stored.get(name, {}).get("fingerprint") != fingerprint(spec)]
+            if stored.get(name, {}).get("fingerprint") != case_fingerprint(spec)]
 
 
 def fingerprint_file() -> str:

@@ -17,7 +17,7 @@ import time
 import torch
 
 from autograder.trusted import checks  # noqa: F401  (registers the cases)
-from autograder.trusted.core import CASES, fingerprint
+from autograder.trusted.core import CASES, case_fingerprint
 from course.paths import FIXTURES
 
 
@@ -31,7 +31,7 @@ def compute_fixtures() -> dict:
             seeds[str(seed)] = {"inputs": inputs, "expected": spec.expected(inputs)}
             if spec.diagnostics is not None:
                 seeds[str(seed)]["diagnostics"] = spec.diagnostics(inputs)
-        table[name] = {"fingerprint": fingerprint(spec), "seeds": seeds}
+        table[name] = {"fingerprint": case_fingerprint(spec), "seeds": seeds}
     return table
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autograder.trusted import checks  # noqa: F401  (registers the cases)
-from autograder.trusted.core import CASES, fingerprint, layout
+from autograder.trusted.core import CASES, case_fingerprint, layout
 from autograder.trusted.grader import load_fixtures
 
 # Remaking inputs runs torch's RNG and exp/log: a machine may round them one ulp away.
@@ -46,7 +46,7 @@ def stored():
 def test_every_case_is_stored_with_its_current_definition(stored):
     assert set(stored) == set(CASES), "cases added or removed: run python -m instructor.fixtures"
     for name, spec in CASES.items():
-        assert stored[name]["fingerprint"] == fingerprint(spec), f"{name} changed: run python -m instructor.fixtures"
+        assert stored[name]["fingerprint"] == case_fingerprint(spec), f"{name} changed: run python -m instructor.fixtures"
         assert set(stored[name]["seeds"]) == {str(seed) for seed in spec.seeds}
 
 

@@ -20,10 +20,10 @@ from instructor.batch import (
     CSV_HEADER,
     EntryProblem,
     entries,
-    fingerprint,
     main,
     read_entry,
     spreadsheet_safe,
+    submission_digest,
 )
 from instructor.classmates import graded_prints, similar_pairs
 
@@ -172,9 +172,9 @@ def test_entries_fingerprints_and_cells(tmp_path):
     found = entries(tmp_path)
     assert found == {"ada": tmp_path / "ada", "ada.py": tmp_path / "ada.py",
                      "bob": tmp_path / "bob.ipynb"}
-    before = fingerprint(tmp_path / "ada")
+    before = submission_digest(tmp_path / "ada")
     (tmp_path / "ada" / "01.ipynb").write_text("{ }")
-    assert fingerprint(tmp_path / "ada") != before
+    assert submission_digest(tmp_path / "ada") != before
     assert spreadsheet_safe("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert spreadsheet_safe("ada") == "ada"
     for formula in (" =1+1", "+1", "-1", "@SUM(A1)", "\t=1"):
@@ -204,7 +204,7 @@ def test_an_entry_that_cannot_be_graded_is_read_as_nothing_and_says_why(tmp_path
     for student, words in strange.items():
         with pytest.raises(EntryProblem, match=words):
             read_entry(found[student])
-        assert len(fingerprint(found[student])) == 64  # never raises
+        assert len(submission_digest(found[student])) == 64  # never raises
     assert read_entry(found["alice"]) == ({"submission.py": b"x = 1\n"}, [])
     (tmp_path / "course").mkdir()  # a folder named like a package is a student's folder
     (tmp_path / "course" / "__init__.py").write_text("y = 2\n")

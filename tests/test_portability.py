@@ -38,12 +38,13 @@ def capabilities() -> list[str]:
 
 def _in_process_grader(namespace: dict | None, seed: int):
     """A grader that runs probes in this process: against `namespace`, or the reference when None."""
+    from autograder.options import GradingOptions
     from autograder.selfcheck import InProcessRunner
     from autograder.trusted.grader import Grader
     from autograder.trusted.reference import reference
     from course.registry import GRADED_FUNCTIONS
 
-    grader = Grader(None, seed=seed, runner=InProcessRunner(namespace or {}, 'cpu'))
+    grader = Grader(None, GradingOptions(seed=seed), runner=InProcessRunner(namespace or {}, 'cpu'))
     if namespace is None:  # the reference itself, as the worker grades `--submission course`
         state = grader.runner.state
         state.functions = {name: reference(name) for name in GRADED_FUNCTIONS}

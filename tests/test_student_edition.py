@@ -321,6 +321,7 @@ def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
     two, whose diagnoses need the stored per-row gradients."""
     import runpy
 
+    from autograder.options import GradingOptions
     from autograder.selfcheck import InProcessRunner
     from autograder.trusted import checks  # noqa: F401  (registers the checks)
     from autograder.trusted.core import CHECKS
@@ -338,7 +339,8 @@ def test_stored_only_grading_still_catches_every_mutant_with_its_diagnosis():
             if bug == "plain_path_uses_chunked_head":
                 continue  # the given head counts its calls in the sandbox's course sources only
             namespace = runpy.run_path(str(REPO_ROOT / "tests" / "autograder_cases" / f"mutant_{bug}.py"))
-            grader = Grader(None, runner=InProcessRunner(namespace, 'cpu'), stored_only=True, seed=5)
+            grader = Grader(None, GradingOptions(stored_only=True, seed=5),
+                            runner=InProcessRunner(namespace, 'cpu'))
             target = [grader.run_check(c) for c in CHECKS if c.function == function and words in c.name]
             assert target, bug
             for result in target:

@@ -166,7 +166,7 @@ def layout(value):
     return repr(value)
 
 
-def fingerprint(spec: Case) -> str:
+def case_fingerprint(spec: Case) -> str:
     """The definition of a stored case: its name, seeds and the layout of its inputs.
 
     It changes when a developer changes what a case feeds the submission (then run `python -m

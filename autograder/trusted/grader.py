@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from autograder.options import DEFAULT_OPTIONS, GradingOptions
 from autograder.trusted import core
 from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
 from autograder.trusted.isolation import isolation_tier
@@ -165,36 +166,31 @@ def incomplete_note(reasons: list[str]) -> str:
             + "; ".join(reasons))
 
 
-DEFAULT_TIME_LIMIT = 1200.0  # seconds for the whole grading (`--time-limit`)
 START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the one retry)
 
 
 class Grader:
-    def __init__(self, submission: Submission | None, device: str = "cpu",
-                 probe_timeout: float = 30.0, memory_mb: int = 6144, seed: int | None = None,
-                 runner=None, official: bool = False,
-                 time_limit: float = DEFAULT_TIME_LIMIT, sandbox: Sandbox | None = None,
-                 allow_reference: bool = False, stored_only: bool | None = None,
-                 isolation: str = "auto", started_at: float | None = None):
-        """`runner`: where the submission runs when it is not a sandbox (`autograder.selfcheck`'s
+    def __init__(self, submission: Submission | None, options: GradingOptions = DEFAULT_OPTIONS,
+                 runner=None, sandbox: Sandbox | None = None, started_at: float | None = None):
+        """`options`: how this grading runs (`autograder.options.GradingOptions`): a pasted copy
+        of the reference earns its points only with `allow_reference`; where the `isolation` asked
+        for does not hold, a practice grade, never another tier.
+        `runner`: where the submission runs when it is not a sandbox (`autograder.selfcheck`'s
         InProcessRunner, the notebook's own kernel: a practice grade); None: a sandbox.
         `sandbox`: a template started ahead for this grading alone (batch grading starts the
         next submission's while one is graded); it must not be used for another grading.
-        `allow_reference`: a pasted copy of the reference earns its points (an instructor checking
-        the solution notebooks, which hold the reference); never for a student's grade.
-        `stored_only`: judge from the stored cases alone (None: when this is a student edition).
-        `isolation`: "auto" (the first tier that holds here), "bubblewrap" or "landlock" (tier 2,
-        `autograder.trusted.isolation`); where the one asked for does not hold, a practice grade,
-        never another tier. `started_at`: the time.monotonic() the grading began (the process's
-        start, for the CLI): `time_limit` is wall time from then, restarts and waits included."""
-        self.allow_reference = allow_reference
-        self.stored_only = EDITION.exists() if stored_only is None else stored_only
+        `started_at`: the time.monotonic() the grading began (the process's start, for the CLI):
+        `options.time_limit` is wall time from then."""
+        self.options = options
+        self.allow_reference = options.allow_reference
+        self.stored_only = EDITION.exists() if options.stored_only is None else options.stored_only
         self.submission = submission
-        self.device = device
-        self.probe_timeout = probe_timeout
-        self.memory_mb = memory_mb
-        self.seed = seed if seed is not None else int.from_bytes(os.urandom(3), "little") + 1000
-        self.time_limit = time_limit
+        self.device = device = options.device
+        self.probe_timeout = options.probe_timeout
+        self.memory_mb = memory_mb = options.memory_mb
+        self.seed = options.seed if options.seed is not None \
+            else int.from_bytes(os.urandom(3), "little") + 1000
+        self.time_limit = options.time_limit
         self.start_time = time.monotonic() if started_at is None else started_at
         self.out_of_time = False  # the time limit stopped the grading before its last check
         self.grader_errors: list[str] = []  # checks the grader itself could not judge
@@ -208,11 +204,11 @@ class Grader:
             self.runner = runner
         else:
             _import_trusted()
-            self.isolation_tier, self.practice = isolation_tier(ROOT, isolation)
-            if official and self.practice:
+            self.isolation_tier, self.practice = isolation_tier(ROOT, options.isolation)
+            if options.official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
                                            f"{self.practice}")
-            if official and self.stored_only:
+            if options.official and self.stored_only:
                 raise IsolationUnavailable(f"--official: a stored-only grading is a practice grade; "
                                            f"{OFFICIAL_ELSEWHERE}")
             fits = sandbox is not None and sandbox.isolated == (self.practice is None) \
@@ -223,7 +219,7 @@ class Grader:
             self.runner = sandbox if fits else Sandbox(
                 ROOT, device, memory_mb, isolated=self.practice is None,
                 visible=_visible_paths(submission), tier=self.isolation_tier)
-            self.copied = {} if allow_reference else copied_references(_sources(submission))
+            self.copied = {} if options.allow_reference else copied_references(_sources(submission))
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
@@ -538,7 +534,7 @@ class Context:
         # a stored-only grading cannot remake the inputs (a definition may call the reference):
         # its fixtures are the ones written with this autograder (the student edition's build)
         if stored is None or (not self.grader.stored_only
-                              and stored.get("fingerprint") != core.fingerprint(spec)):
+                              and stored.get("fingerprint") != core.case_fingerprint(spec)):
             raise RuntimeError(f"the stored case {name!r} is missing or its definition changed: "
                                "run `python -m instructor.fixtures`")
         runs = [CaseRun(f"case {number}", entry["inputs"], entry["expected"], False, entry.get("diagnostics"))

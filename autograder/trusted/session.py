@@ -9,9 +9,11 @@ was changed, grades every check 0 and says what changed.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from autograder.trusted.grader import DEFAULT_TIME_LIMIT, ROOT, Grader
+from autograder.options import DEFAULT_OPTIONS, GradingOptions
+from autograder.trusted.grader import ROOT, Grader
 from autograder.trusted.sentinel import Sentinel
 from course.submission import load_submission
 
@@ -26,19 +28,13 @@ def resolve_device(device: str) -> str:
 
 
 class GradingSession:
-    def __init__(self, submission: str | Path, device: str = "cpu", probe_timeout: float = 30.0,
-                 memory_mb: int = 6144, seed: int | None = None, official: bool = False,
-                 time_limit: float | None = None, sandbox=None,
-                 allow_reference: bool = False, stored_only: bool | None = None,
-                 isolation: str = "auto", started_at: float | None = None):
+    def __init__(self, submission: str | Path, options: GradingOptions = DEFAULT_OPTIONS,
+                 sandbox=None, started_at: float | None = None):
         from autograder.trusted import report, results  # noqa: F401  (before any student code)
 
         loaded = load_submission(submission, ROOT)
-        self.grader = Grader(loaded, resolve_device(device), probe_timeout, memory_mb, seed,
-                             official=official, time_limit=time_limit or DEFAULT_TIME_LIMIT,
-                             sandbox=sandbox, allow_reference=allow_reference,
-                             stored_only=stored_only, isolation=isolation,
-                             started_at=started_at)
+        options = replace(options, device=resolve_device(options.device))
+        self.grader = Grader(loaded, options, sandbox=sandbox, started_at=started_at)
         target = Path(loaded.target)
         extra = [target] if target.is_dir() else [target.parent] if target.exists() else []
         # in the sandbox nothing outside it is writable; without one, look for what changed
