@@ -21,9 +21,8 @@ their tokenizer, scorer, advantages, losses and aggregation, each falling back t
 where it is not written yet. In a student edition that has not revealed every stage, the
 default is the edition's own `notebooks/`.
 
-Measured with the defaults on a 2-core CPU (seeds 0, 1, 2; `benchmarks/README.md`): held-out
-answer accuracy on 500 problems, sampled at temperature 1, rose from 23% to a median of 73% (greedy:
-46% to 92%); a run takes about 250 s of CPU on one thread, about 4 minutes on an idle machine.
+What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
+`benchmarks/bench_train.py`).
 `python -m course.compare` runs the loss variants side by side.
 
 A real model: `--model DIR` loads any Hugging Face causal LM (`course.models.load_pretrained`;

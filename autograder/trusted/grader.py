@@ -489,7 +489,6 @@ class Context:
         self.grader = grader
         self.check = check
         self.device = grader.device
-        self.in_process = grader.in_process
 
     def outcome(self, function: str, kwargs: dict, **options) -> dict:
         """The probe's full answer, ok or error (missing/delegated/hang/crash raise Fail)."""
