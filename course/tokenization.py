@@ -16,12 +16,13 @@ import torch
 
 
 def _pad_id(tokenizer) -> int:
-    """The id that pads a batch: the tokenizer's pad token, else its end-of-sequence token."""
+    """The id that pads a batch: the tokenizer's pad token, else its end of sequence."""
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = getattr(tokenizer, "eos_token_id", None)
     if pad_id is None:
-        raise ValueError("tokenizer has neither a pad_token_id nor an eos_token_id to pad with")
+        raise ValueError("tokenizer has neither a pad_token_id nor an eos_token_id "
+                         "to pad with")
     return int(pad_id)
 
 
