@@ -3,8 +3,8 @@
   log_softmax  model(x).logits → full (B, T, V) log_softmax → gather        (the textbook way)
   trl          model(x).logits → trl.trainer.utils.selective_log_softmax    (what TRL's GRPOTrainer uses)
   gather_lse   model(x).logits → gather − logsumexp                         (get_response_log_probs, chunk 0)
-  chunked      decoder (each layer recomputed in backward) → output head over
-               `--chunk` positions at a time, recomputed in backward         (get_response_log_probs, chunk > 0)
+  chunked      decoder → output head over `--chunk` positions at a time,
+               recomputed in backward                                       (get_response_log_probs, chunk > 0)
   cce          decoder → Cut Cross-Entropy's `torch_compile` implementation (cut_cross_entropy.linear_cross_entropy)
   decoder      decoder alone, no head (one feature of h is the score): what every method above keeps
                (its activations, its own gradients), so the floor under any head; not a log-prob
