@@ -3,9 +3,11 @@
   log_softmax  model(x).logits → full (B, T, V) log_softmax → gather        (the textbook way)
   trl          model(x).logits → trl.trainer.utils.selective_log_softmax    (what TRL's GRPOTrainer uses)
   gather_lse   model(x).logits → gather − logsumexp                         (get_response_log_probs, chunk 0)
-  chunked      decoder (each layer recomputed in backward) → output head over
-               `--chunk` positions at a time, recomputed in backward         (get_response_log_probs, chunk > 0)
+  chunked      decoder → output head over `--chunk` positions at a time,
+               recomputed in backward                                       (get_response_log_probs, chunk > 0)
   cce          decoder → Cut Cross-Entropy's `torch_compile` implementation (cut_cross_entropy.linear_cross_entropy)
+  decoder      decoder alone, no head (one feature of h is the score): what every method above keeps
+               (its activations, its own gradients), so the floor under any head; not a log-prob
 
 At a realistic vocabulary (OLMo 2's 50304 by default) the (B, T, V) logits dominate: the first
 three keep them (and their gradient) alive, the chunked head only one (B, chunk, V) block at a time.
@@ -23,6 +25,8 @@ Peak extra memory is measured around one forward + backward (parameter gradients
 Time is the median of `--repeats` forward + backward passes, taken in one further process that runs
 the methods in turn, round after round, so that load from other programs falls on all of them alike.
 Results are compared with the log_softmax path: log-probs and the output head's gradient.
+The summary line also gives the chunked head's cost above the decoder row (peak and time minus the
+decoder's) over log_softmax's above it: the head's own share, which the decoder's activations hide.
 
     python benchmarks/bench_logprobs.py                      # CPU, V = 50304
     python benchmarks/bench_logprobs.py --device cuda --batch 16 --seq 1024
@@ -43,7 +47,7 @@ import time
 
 import torch
 
-METHODS = ("log_softmax", "trl", "gather_lse", "chunked", "cce")
+METHODS = ("log_softmax", "trl", "gather_lse", "chunked", "cce", "decoder")
 OPTIONAL = {"trl": "trl", "cce": "cut_cross_entropy"}  # method -> the module it needs
 
 
@@ -82,6 +86,8 @@ def _score(method: str, model, input_ids, labels, chunk: int) -> torch.Tensor:
         hidden = model.model(input_ids).last_hidden_state  # (B, T, H)
         head = model.get_output_embeddings().weight  # (V, H)
         return -linear_cross_entropy(hidden, head, labels, impl="torch_compile", reduction="none")  # (B, T)
+    if method == "decoder":
+        return model.model(input_ids=input_ids, use_cache=False).last_hidden_state[..., 0]  # (B, T)
     size = 0 if method == "gather_lse" else chunk
     return get_response_log_probs(model, input_ids, labels, logits_chunk_size=size)["log_probs"]
 
@@ -135,7 +141,8 @@ def run_one(args: argparse.Namespace, method: str, output: str) -> None:
         before = _rss_kib("VmRSS")
         log_probs = forward_backward(method)
         peak_extra = (_rss_kib("VmHWM") - before) * 1024
-    head_grad = model.get_output_embeddings().weight.grad.detach().float().cpu()
+    head_grad = model.get_output_embeddings().weight.grad  # None for the decoder row
+    head_grad = None if head_grad is None else head_grad.detach().float().cpu()
     torch.save({"peak_extra": peak_extra, "log_probs": log_probs.float().cpu(), "head_grad": head_grad}, output)
 
 
@@ -247,18 +254,29 @@ def print_table(args: argparse.Namespace, results: dict) -> None:
             continue
         result = results[method]
         seconds = statistics.median(result["seconds"])
+        if result["head_grad"] is None:  # the decoder row scores no log-prob
+            differences = f"{'-':>14} {'-':>13}"
+        else:
+            differences = (f"{(result['log_probs'] - reference['log_probs']).abs().max().item():>14.2e} "
+                           f"{(result['head_grad'] - reference['head_grad']).abs().max().item():>13.2e}")
         print(f"{method:<12} {result['peak_extra'] / 2**20:>15.0f} "
               f"{result['peak_extra'] / reference['peak_extra']:>15.3f} {seconds:>10.2f} "
-              f"{seconds / reference_seconds:>15.2f} "
-              f"{(result['log_probs'] - reference['log_probs']).abs().max().item():>14.2e} "
-              f"{(result['head_grad'] - reference['head_grad']).abs().max().item():>13.2e}")
-    chunked = results["chunked"]
+              f"{seconds / reference_seconds:>15.2f} {differences}")
+    chunked, decoder = results["chunked"], results["decoder"]
+    chunked_seconds, decoder_seconds = (statistics.median(r["seconds"]) for r in (chunked, decoder))
     summary = {"chunked_over_log_softmax_peak": chunked["peak_extra"] / reference["peak_extra"],
-               "chunked_over_log_softmax_time": statistics.median(chunked["seconds"]) / reference_seconds}
+               "chunked_over_log_softmax_time": chunked_seconds / reference_seconds,
+               "decoder_over_log_softmax_peak": decoder["peak_extra"] / reference["peak_extra"]}
+    # the head's own share: what each costs above the decoder row (at toy sizes RSS noise may leave none)
+    above = {"peak": (chunked["peak_extra"] - decoder["peak_extra"],
+                      reference["peak_extra"] - decoder["peak_extra"]),
+             "time": (chunked_seconds - decoder_seconds, reference_seconds - decoder_seconds)}
+    for name, (head, plain) in above.items():
+        if plain > 0:
+            summary[f"chunked_over_log_softmax_{name}_above_decoder"] = head / plain
     if "trl" in results:
         summary["chunked_over_trl_peak"] = chunked["peak_extra"] / results["trl"]["peak_extra"]
-        summary["chunked_over_trl_time"] = (statistics.median(chunked["seconds"])
-                                            / statistics.median(results["trl"]["seconds"]))
+        summary["chunked_over_trl_time"] = chunked_seconds / statistics.median(results["trl"]["seconds"])
     print(json.dumps({key: round(value, 4) for key, value in summary.items()}))
 
 

@@ -30,7 +30,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
       backward: per tile P = exp(z − log Z) in place, the only pass over the tile; the cotangent
                 g and the one-hot are applied outside it, on (N, H) and (V, H) operands:
                 ∂Wₜ = Pᵀ (−g ⊙ h), ∂h = g ⊙ (W[y] − Σₜ P Wₜ), then ∂W[y] += g ⊙ h.
-    Saved for backward: h (N, H), y (N,), log Z (N,) and W (the model's own weight), never logits.
+    Saved for backward: h (as the tiles' rows [h, ·], N x (H + 1); in half precision h itself), y (N,),
+    log Z (N,) and W (the model's own weight), never logits; h is not copied again in backward.
     Tiling the vocabulary rather than the positions keeps every matmul large (all rows at once)
     and writes each slice of ∂W once instead of adding a (V, H) product per block of positions.
     The same idea as Liger-Kernel's fused linear cross-entropy, with a per-token cotangent g (GRPO
@@ -41,19 +42,20 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     def forward(ctx, hidden, weight, labels, budget: int, want_entropy: bool):
         count, vocab = hidden.shape[0], weight.shape[0]
         rows, width = _tile_shape(count, vocab, budget)
-        tiles = _TileLogits(weight, rows, width, _compute_dtype(hidden))
+        tiles = _TileLogits(_tile_rows(hidden, weight), weight, rows, width, _compute_dtype(hidden))
         log_normalizer = torch.empty(count, dtype=tiles.dtype, device=hidden.device)  # (N,)
         log_probs = torch.empty_like(log_normalizer)  # (N,)
         entropy = torch.empty_like(log_normalizer) if want_entropy else None
         for start in range(0, count, rows):
             block = slice(start, start + rows)
-            tiles.set_rows(hidden[block])
+            tiles.set_rows(block)
             log_normalizer[block], log_probs[block], block_entropy = _running_softmax(
                 tiles, weight, labels[block], want_entropy)
             if want_entropy:
                 entropy[block] = block_entropy
         ctx.budget = budget
-        ctx.save_for_backward(hidden, weight, labels, log_normalizer)
+        # the tiles' rows (N, H + 1) in place of h: backward reads h from them, and no copy of h is made
+        ctx.save_for_backward(tiles.source, weight, labels, log_normalizer)
         if entropy is not None:
             ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
@@ -61,16 +63,17 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_log_probs, grad_entropy):
-        hidden, weight, labels, log_normalizer = ctx.saved_tensors
-        count, vocab = hidden.shape[0], weight.shape[0]
+        source, weight, labels, log_normalizer = ctx.saved_tensors
+        count, vocab = source.shape[0], weight.shape[0]
+        hidden = source[:, : weight.shape[1]]  # (N, H) h, a view
         rows, width = _tile_shape(count, vocab, ctx.budget)
-        tiles = _TileLogits(weight, rows, width, log_normalizer.dtype)
+        tiles = _TileLogits(source, weight, rows, width, log_normalizer.dtype)
         g = grad_log_probs.to(tiles.dtype)[:, None]  # (N, 1)
         grad_hidden = torch.empty(hidden.shape, dtype=tiles.dtype, device=hidden.device)  # (N, H)
         grad_weight = torch.empty(weight.shape, dtype=tiles.dtype, device=weight.device)  # (V, H)
         for start in range(0, count, rows):
             block = slice(start, start + rows)
-            tiles.set_rows(hidden[block])
+            tiles.set_rows(block)
             scaled_hidden = (-g[block] * hidden[block]).to(hidden.dtype)  # (r, H) −g ⊙ h
             for first in range(0, vocab, width):
                 tile = slice(first, first + width)
@@ -143,26 +146,35 @@ def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     return torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else hidden.dtype
 
 
+def _tile_rows(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """What the tiles' matmul reads for the rows: [h, −c] (N, H + 1) where the shift rides in it
+    (`_TileLogits`), else h itself (N, H)."""
+    if weight.dtype != _compute_dtype(hidden):
+        return hidden
+    rows = torch.empty(hidden.shape[0], hidden.shape[1] + 1, dtype=hidden.dtype, device=hidden.device)
+    rows[:, :-1].copy_(hidden)
+    return rows
+
+
 class _TileLogits:
     """One tile of logits minus a per-row shift, h Wₜᵀ − c (r, w), in one reused buffer.
 
     In float32 and float64 the shift rides in the matmul as one more inner dimension,
-    [h, −c] · [Wₜ, 1]ᵀ, so no pass over the tile subtracts it. Half-precision logits are rounded
-    like the model's own head (a half matmul), then upcast and shifted in float32.
+    [h, −c] · [Wₜ, 1]ᵀ, so no pass over the tile subtracts it; `source` is then [h, ·] for all N
+    rows (`_tile_rows`), made once in forward and saved for backward in place of h. Half-precision
+    logits are rounded like the model's own head (a half matmul), then upcast and shifted in float32.
     """
 
-    def __init__(self, weight: torch.Tensor, rows: int, width: int, dtype: torch.dtype):
-        self.dtype, self.fused, self.width = dtype, weight.dtype == dtype, width
+    def __init__(self, source: torch.Tensor, weight: torch.Tensor, rows: int, width: int, dtype: torch.dtype):
+        self.source, self.dtype, self.width = source, dtype, width  # source: (N, H + 1) or (N, H)
+        self.fused = source.shape[1] > weight.shape[1]  # [h, ·]: the shift rides in the matmul
         self.buffer = torch.empty(rows * width, dtype=dtype, device=weight.device)
         if self.fused:
-            size = weight.shape[1] + 1
-            self.hidden_and_shift = torch.empty(rows, size, dtype=dtype, device=weight.device)  # [h, −c]
-            self.weight_and_one = torch.ones(width, size, dtype=dtype, device=weight.device)  # [Wₜ, 1]
+            self.weight_and_one = torch.ones(width, source.shape[1], dtype=dtype, device=weight.device)  # [Wₜ, 1]
 
-    def set_rows(self, hidden: torch.Tensor) -> None:
-        self.hidden = hidden  # (r, H)
-        if self.fused:
-            self.hidden_and_shift[: hidden.shape[0], :-1].copy_(hidden)
+    def set_rows(self, block: slice) -> None:
+        self.rows = self.source[block]  # (r, H + 1) [h, −c], or (r, H)
+        self.hidden = self.rows[:, :-1] if self.fused else self.rows  # (r, H)
 
     def __call__(self, weight: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
         return _block_logits(self, weight, shift)
@@ -175,7 +187,7 @@ def _block_logits(tiles: _TileLogits, weight: torch.Tensor, shift: torch.Tensor 
     if not tiles.fused:
         out.copy_(tiles.hidden @ weight.t())
         return out if shift is None else out.sub_(shift[:, None])
-    hidden = tiles.hidden_and_shift[:rows]
+    hidden = tiles.rows  # (r, H + 1)
     if shift is None:
         hidden[:, -1] = 0
     else:

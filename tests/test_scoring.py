@@ -329,7 +329,8 @@ def test_logprob_benchmark_runs_every_method_at_toy_size():
     assert lines[0].startswith("machine: ") and "torch" in lines[0] and "cores" in lines[0]
     assert "chunk = 2 positions" in lines[1]                   # 0.01 MiB / (2 · 512 · 4 bytes) = 2
     rows = {line.split()[0]: line.split() for line in lines[3:-1]}
-    assert set(rows) == {"log_softmax", "trl", "gather_lse", "chunked", "cce"}  # optional ones say so
+    assert set(rows) == {"log_softmax", "trl", "gather_lse", "chunked", "cce", "decoder"}  # optional ones say so
+    assert rows["decoder"][-2:] == ["-", "-"]  # the floor under every head scores no log-prob to compare
     for method in ("gather_lse", "chunked", "cce"):
         if rows[method][1:3] != ["not", "installed:"]:
             assert float(rows[method][-2]) < 1e-5 and float(rows[method][-1]) < 1e-5   # same log p, same grad
