@@ -244,6 +244,37 @@ def test_installed_edition_grades_from_stored_cases_blank_zero_reference_full(ed
     assert refused.returncode == 4 and "stored cases only" in refused.stdout + refused.stderr
 
 
+# imported at start-up where it lies on PYTHONPATH: the instructor's tools cannot be imported
+NO_INSTRUCTOR_TOOLS = """
+import sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("nbgrader", "latex2mathml", "instructor"):
+            raise ImportError(f"the instructor's tool {name} was imported")
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+@pytest.mark.slow
+def test_the_edition_installs_and_grades_without_the_instructors_tools(edition, installed, tmp_path):
+    """Its pyproject names neither nbgrader nor latex2mathml, and a grading runs where importing
+    them (or an `instructor` package) fails."""
+    pyproject = (edition / "pyproject.toml").read_text(encoding="utf-8")
+    assert "nbgrader" not in pyproject and "latex2mathml" not in pyproject
+    (tmp_path / "refuse").mkdir()
+    (tmp_path / "refuse" / "sitecustomize.py").write_text(NO_INSTRUCTOR_TOOLS, encoding="utf-8")
+    environment = {**_own_environment(), "PYTHONPATH": str(tmp_path / "refuse")}
+    probe = subprocess.run([installed, "-c", "import nbgrader"], env=environment,
+                           capture_output=True, text=True)
+    assert "the instructor's tool nbgrader was imported" in probe.stderr  # the refusal holds
+    done = subprocess.run([installed, "-m", "pytest", "autograder", "-q", "-p", "no:cacheprovider",
+                           "-k", "tokenize"], cwd=edition, env=environment, capture_output=True,
+                          text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "instructor's tool" not in output, output[-3000:]
+    assert "tokenize_prompt_and_output" in output and "PRACTICE" in output  # graded: blank, 0
+
+
 @pytest.mark.slow
 def test_solution_notebooks_grade_in_the_edition_as_in_the_repository(edition, installed, tmp_path):
     """The solution notebooks copied in: every check the edition can judge gives the verdict the
