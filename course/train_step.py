@@ -132,7 +132,7 @@ def grpo_train_step(
                 per_token_loss, micro["response_mask"], loss_normalization,
                 n_sequences, n_tokens, normalization_constant, world_size)
         _record(statistics, loss_metadata, micro["response_mask"], loss / world_size)
-    # float64, as LossStatistics sums them (a float32 tensor would round a float64 model's metrics)
+    # float64, as LossStatistics sums them: float32 would round a float64 model's
     metrics = {k: torch.tensor(v, dtype=torch.float64)
                for k, v in statistics.compute().items()}  # all ranks
     non_finite = metrics.pop("non_finite_losses")  # over all ranks: all step, or none
@@ -292,7 +292,7 @@ def _clip_and_step(model, optimizer, max_grad_norm: float | None,
     the norm before clipping."""
     bound = float("inf") if max_grad_norm is None else max_grad_norm
     gradient_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), bound)
-    gradient_norm = gradient_norm.detach().double().cpu()  # a float64 model's, unrounded
+    gradient_norm = gradient_norm.detach().double().cpu()  # float64: not rounded
     if non_finite > 0 or not torch.isfinite(gradient_norm):
         optimizer.zero_grad(set_to_none=True)
         what = "loss" if non_finite > 0 else "gradient norm"
