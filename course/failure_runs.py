@@ -6,7 +6,7 @@
 Each run is `course.train` on the tiny default model (CPU, seed 0, 8 x 8 rollouts per step) with
 one thing changed from the healthy run; the per-step metrics of `metrics.jsonl` it keeps
 (`KEPT`, floats rounded to 4 significant digits, one column per metric) go to one small JSON file
-per run (about 4 KB). The lab reads these files offline, so it neither trains nor needs the
+per run (4 to 5 KB). The lab reads these files offline, so it neither trains nor needs the
 reference stages.
 
 Most runs change `TrainConfig` options (`RUNS`). Two inject what no option sets (`INJECTED`):
