@@ -77,8 +77,7 @@ def grpo_train_step(
     cliprange: float | None = None,
     loss_normalization: str = "sequence",
     normalization_constant: float | None = None,
-    kl_beta: float = 0.0,
-    kl_estimator: int = 2,
+    kl_beta: float = 0.0, kl_estimator: int = 2,
     ref_log_probs: torch.Tensor | None = None,
     ref_model: torch.nn.Module | None = None,
     sampler_log_probs: torch.Tensor | None = None,
@@ -132,9 +131,8 @@ def grpo_train_step(
                 per_token_loss, micro["response_mask"], loss_normalization,
                 n_sequences, n_tokens, normalization_constant, world_size)
         _record(statistics, loss_metadata, micro["response_mask"], loss / world_size)
-    # float64, as LossStatistics sums them: float32 would round a float64 model's
-    metrics = {k: torch.tensor(v, dtype=torch.float64)
-               for k, v in statistics.compute().items()}  # all ranks
+    metrics = {k: torch.tensor(v, dtype=torch.float64)  # float64, as summed; all ranks
+               for k, v in statistics.compute().items()}
     non_finite = metrics.pop("non_finite_losses")  # over all ranks: all step, or none
     gradient_norm = _clip_and_step(model, optimizer, max_grad_norm, non_finite)
     return metrics["loss"], {**reward_metadata, **advantage_metadata, **metrics,
