@@ -4,14 +4,20 @@
     python -m course.failure_runs --out DIR --steps 2 --runs healthy
 
 Each run is `course.train` on the tiny default model (CPU, seed 0, 8 x 8 rollouts per step) with
-one option changed from the healthy run; the per-step metrics of `metrics.jsonl` it keeps
+one thing changed from the healthy run; the per-step metrics of `metrics.jsonl` it keeps
 (`KEPT`, floats rounded to 4 significant digits, one column per metric) go to one small JSON file
-per run (about 4 KB). The lab reads
-these files offline, so it neither trains nor needs the reference stages.
+per run (4 to 5 KB). The lab reads these files offline, so it neither trains nor needs the
+reference stages.
 
-Not recorded, because `course.train` has no option for them: per-micro-batch normalization (the
-bug of notebook 05 only shows with uneven token counts over several micro-batches, and the
-reference has no switch for it) and a hackable reward (the task's reward is fixed).
+Most runs change `TrainConfig` options (`RUNS`). Two inject what no option sets (`INJECTED`):
+- per_micro_batch: notebook 05's gradient-accumulation bug, in the loop's own train step:
+  `course.grpo_train_step` with `calculate_loss_and_backward` replaced by each micro-batch's own
+  token mean times its share b/B of the rows (1/K for K equal micro-batches), instead of its
+  token sum over the step's N. A token of micro-batch k then weighs 1/(K·n_k), not 1/N. The run
+  keeps every micro-batch's token count n_k (`microbatch_tokens`), and `token` is the same run
+  without the bug.
+- hackable_reward: a reward with a loophole (`loophole_reward_fn`): it pays for the right answer
+  and for any longer answer, while the held-out accuracy stays the strict r1-zero answer check.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import types
 from dataclasses import replace
 from pathlib import Path
 
 from course.cli import Parser, flag_type, out_of_range
+from course.tasks import RESPONSE_PATTERN, AdditionTask, r1_zero_reward_fn
 from course.train_config import TrainConfig
 
 RECORDED = Path(__file__).parent / "checkpoints" / "failure_runs"
@@ -33,12 +41,20 @@ RUNS = {
     "high_lr": {"lr": 3e-3},
     "no_baseline": {"baseline": "none", "advantage_normalizer": "none"},
     "kl_strong": {"kl_beta": 1.0},
+    "token": {"normalization": "token", "gradient_accumulation_steps": 8},  # DAPO's, done right
+    "per_micro_batch": {"normalization": "token", "gradient_accumulation_steps": 8},
+    "hackable_reward": {},
+}
+# name: what the run injects that no TrainConfig option sets (see the module docstring)
+INJECTED = {
+    "per_micro_batch": "each micro-batch divided by its own token count, times its share b/B of the rows",
+    "hackable_reward": "a reward that also pays for any answer longer than the right one",
 }
 KEPT = ("step", "reward_mean", "format_reward_mean", "kl_to_reference", "gradient_norm",
         "response_length", "groups_with_signal", "token_entropy", "clip_fraction",
         "heldout_accuracy_sampled", "heldout_format_sampled", "heldout_accuracy_greedy")
 # the order of the lab's "Run A", "Run B", ... (not the order of RUNS, which names them)
-LAB_ORDER = ("kl_strong", "high_lr", "no_baseline")
+LAB_ORDER = ("kl_strong", "high_lr", "no_baseline", "hackable_reward", "per_micro_batch")
 # what every record holds (the held-out metrics are there every eval_every steps only)
 PER_STEP = KEPT[:9]
 
@@ -48,18 +64,79 @@ def rounded(value):
     return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
+def loophole_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
+    """r1-zero's scores (`course.tasks`) with a loophole in `reward`: 1 for the right answer, and
+    also for any answer in the format that is longer than the right one. `format_reward` and
+    `answer_reward` stay r1-zero's, so the answer accuracy (held out too) is still the strict one."""
+    scores = r1_zero_reward_fn(response, ground_truth)
+    match = RESPONSE_PATTERN.match(response)
+    longer = match is not None and len(match.group("answer").strip()) > len(ground_truth.strip())
+    return {**scores, "reward": max(scores["reward"], float(longer))}
+
+
+class LoopholeAddition(AdditionTask):
+    """The addition task, trained on `loophole_reward_fn`."""
+
+    name = "addition, rewarded with a loophole"
+    reward_fn = staticmethod(loophole_reward_fn)
+
+
+def per_micro_batch_train_step(counts: list[int] | None = None):
+    """`course.grpo_train_step` with notebook 05's bug: the same code, with each micro-batch's
+    loss its own token mean (`aggregate_loss_across_microbatch` without the step's count) times
+    its share b/B of the step's rows, for token normalization only. `counts` collects each
+    micro-batch's token count n_k, in the order of the calls."""
+    from course.aggregation import aggregate_loss_across_microbatch
+    from course.train_step import grpo_train_step
+
+    def backward(per_token_loss, response_mask, loss_normalization, step_sequence_count,
+                 step_token_count, normalization_constant=None, world_size=1):
+        if loss_normalization != "token":
+            raise ValueError(f"loss_normalization: the per-micro-batch bug is token mode's, got {loss_normalization!r}")
+        if counts is not None:
+            counts.append(int(response_mask.sum()))
+        share = per_token_loss.shape[0] / float(step_sequence_count)  # b/B
+        loss = aggregate_loss_across_microbatch(per_token_loss, response_mask, "token") * share * world_size
+        loss.backward()
+        return loss.detach()
+
+    namespace = {**grpo_train_step.__globals__, "calculate_loss_and_backward": backward}
+    return types.FunctionType(grpo_train_step.__code__, namespace, grpo_train_step.__name__,
+                              grpo_train_step.__defaults__, grpo_train_step.__closure__)
+
+
 def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path:
     """Train run `name` of `RUNS` for `steps` steps and write its kept metrics to out/NAME.json."""
+    from course.implementations import Implementations
     from course.train import train  # torch: after the arguments are checked
 
     config = replace(HEALTHY, steps=steps, **RUNS[name])
+    counts: list[int] = []
+    implementations = None
+    if name == "per_micro_batch":
+        implementations = Implementations({"grpo_train_step": per_micro_batch_train_step(counts)},
+                                          {"grpo_train_step": INJECTED[name]})
+    task = LoopholeAddition() if name == "hackable_reward" else None
     with tempfile.TemporaryDirectory(prefix="grpo_failure_run_") as folder:
-        summary = train(config, Path(folder), progress=progress)
+        summary = train(config, Path(folder), progress=progress, implementations=implementations, task=task)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
+    run = {"made_by": "python -m course.failure_runs", "name": name, "changed": RUNS[name],
+           **({"injected": INJECTED[name]} if name in INJECTED else {}),
+           "steps": steps, "machine": summary["machine"], "records": list(map(json.loads, lines))}
+    if counts:  # K calls per step, one per micro-batch
+        k = config.gradient_accumulation_steps
+        run["microbatch_tokens"] = [counts[i:i + k] for i in range(0, len(counts), k)]
     path = out / f"{name}.json"
-    write_run(path, {"made_by": "python -m course.failure_runs", "name": name, "changed": RUNS[name],
-                     "steps": steps, "machine": summary["machine"], "records": list(map(json.loads, lines))})
+    write_run(path, run)
     return path
+
+
+def bug_weights(microbatch_tokens: list[list[int]]) -> tuple[float, float]:
+    """The least and the largest weight the per-micro-batch bug gives a token, as a multiple of
+    the right weight 1/N: N/(K·n_k) over every micro-batch k of every step (n_k its tokens; one
+    without tokens has no loss to weigh)."""
+    ratios = [sum(counts) / (len(counts) * n) for counts in microbatch_tokens for n in counts if n]
+    return min(ratios), max(ratios)
 
 
 def write_run(path: Path, run: dict) -> None:

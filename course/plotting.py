@@ -114,12 +114,13 @@ WATCH = (
 )
 
 
-def failure_panel(records: list[dict], healthy: list[dict], label: str) -> Figure:
-    """The six `WATCH` metrics per step of the run `records` (named `label`) beside the healthy run."""
+def failure_panel(records: list[dict], healthy: list[dict], label: str, healthy_label: str = "healthy") -> Figure:
+    """The six `WATCH` metrics per step of the run `records` (named `label`) beside the healthy run
+    (or another run to compare with, named `healthy_label`), dashed."""
     with matplotlib.rc_context(COURSE_STYLE):
         figure = Figure(figsize=(14, 6.5), layout="constrained")
         for axis, (title, key) in zip(figure.subplots(2, 3).flat, WATCH):
-            for run, name, style in ((healthy, "healthy", "--"), (records, label, "-")):
+            for run, name, style in ((healthy, healthy_label, "--"), (records, label, "-")):
                 axis.plot([r["step"] for r in run], [r[key] for r in run], style, label=name)
             axis.set_title(title)
             axis.set_xlabel("step")

@@ -221,9 +221,11 @@ def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: Train
 
 
 def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
-          implementations: Implementations | None = None) -> dict:
+          implementations: Implementations | None = None, task: Task | None = None) -> dict:
     """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
-    `implementations`: whose graded functions take the optimizer step (default: the reference's)."""
+    `implementations`: whose graded functions take the optimizer step (default: the reference's).
+    `task`: what to train on instead of `config.task`'s (its `reward` trains, its `answer_reward`
+    is the held-out accuracy; `course.failure_runs` passes a reward with a loophole)."""
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
@@ -238,7 +240,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     start = time.time()
     policy, tokenizer = load_policy(config)
     policy.to(resolve_device(config.device))
-    task = load_task(config, tokenizer)
+    task = load_task(config, tokenizer) if task is None else task
     reward_fn = task.reward_fn
     if config.overlong == "soft":
         reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens, config.overlong_buffer)

@@ -77,8 +77,7 @@ def grpo_train_step(
     cliprange: float | None = None,
     loss_normalization: str = "sequence",
     normalization_constant: float | None = None,
-    kl_beta: float = 0.0,
-    kl_estimator: str = "k3",
+    kl_beta: float = 0.0, kl_estimator: str = "k3",
     ref_log_probs: torch.Tensor | None = None,
     ref_model: torch.nn.Module | None = None,
     sampler_log_probs: torch.Tensor | None = None,
@@ -132,12 +131,13 @@ def grpo_train_step(
                 per_token_loss, micro["response_mask"], loss_normalization,
                 n_sequences, n_tokens, normalization_constant, world_size)
         _record(statistics, loss_metadata, micro["response_mask"], loss / world_size)
-    metrics = {k: torch.tensor(v) for k, v in statistics.compute().items()}  # all ranks
+    metrics = {k: torch.tensor(v, dtype=torch.float64)  # float64, as summed; all ranks
+               for k, v in statistics.compute().items()}
     non_finite = metrics.pop("non_finite_losses")  # over all ranks: all step, or none
     gradient_norm = _clip_and_step(model, optimizer, max_grad_norm, non_finite)
     return metrics["loss"], {**reward_metadata, **advantage_metadata, **metrics,
                              "gradient_norm": gradient_norm, "optimizer_step": 1.0,
-                             "response_token_count": n_tokens.float()}
+                             "response_token_count": n_tokens}
 
 
 def per_token_step_loss(
@@ -291,7 +291,7 @@ def _clip_and_step(model, optimizer, max_grad_norm: float | None,
     the norm before clipping."""
     bound = float("inf") if max_grad_norm is None else max_grad_norm
     gradient_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), bound)
-    gradient_norm = gradient_norm.detach().float().cpu()
+    gradient_norm = gradient_norm.detach().double().cpu()  # float64: not rounded
     if non_finite > 0 or not torch.isfinite(gradient_norm):
         optimizer.zero_grad(set_to_none=True)
         what = "loss" if non_finite > 0 else "gradient norm"

@@ -5,17 +5,24 @@ import json
 import math
 
 import pytest
+import torch
+from naive import make_rollout_batch, reward_fn
 
+from course import grpo_train_step
 from course.failure_runs import (
     HEALTHY,
+    INJECTED,
     KEPT,
     LAB_ORDER,
     PER_STEP,
     RECORDED,
     RUNS,
+    bug_weights,
     lab_runs,
     load_failure_run,
+    loophole_reward_fn,
     main,
+    per_micro_batch_train_step,
     signature,
     write_run,
 )
@@ -25,7 +32,7 @@ from course.plotting import WATCH, failure_panel
 @pytest.mark.parametrize("name", RUNS)
 def test_recordings_load_and_hold_what_the_panels_draw(name):
     run = load_failure_run(name)
-    assert run["name"] == name and run["changed"] == RUNS[name]
+    assert run["name"] == name and run["changed"] == RUNS[name] and run.get("injected") == INJECTED.get(name)
     assert [r["step"] for r in run["records"]] == list(range(1, HEALTHY.steps + 1))
     for _, key in WATCH:
         values = [r[key] for r in run["records"]]
@@ -35,9 +42,9 @@ def test_recordings_load_and_hold_what_the_panels_draw(name):
 
 def test_lab_runs_hide_the_names_in_lab_order():
     runs = lab_runs()
-    assert list(runs) == [f"Run {letter}" for letter in "ABC"][:len(LAB_ORDER)]
+    assert list(runs) == [f"Run {letter}" for letter in "ABCDE"][:len(LAB_ORDER)]
     assert [run["name"] for run in runs.values()] == list(LAB_ORDER)
-    assert "healthy" not in LAB_ORDER and set(LAB_ORDER) < set(RUNS)
+    assert "healthy" not in LAB_ORDER and "token" not in LAB_ORDER and set(LAB_ORDER) < set(RUNS)
 
 
 def test_the_failure_signatures_are_in_the_recordings():
@@ -49,6 +56,82 @@ def test_the_failure_signatures_are_in_the_recordings():
     assert high_lr["KL max"] > 10 * healthy["KL max"]
     assert kl_strong["KL mean"] < 0.7 * healthy["KL mean"]
     assert kl_strong["held-out accuracy, end"] < healthy["held-out accuracy, end"]
+
+
+def test_the_hackable_reward_rises_while_the_accuracy_falls():
+    """The loophole is found: the trained reward ends far above the healthy run's, the responses
+    grow, and the strict held-out accuracy ends far below the healthy run's (and the warm start's
+    0.21 at step 0)."""
+    healthy = signature(load_failure_run("healthy")["records"])
+    hacked = load_failure_run("hackable_reward")
+    numbers = signature(hacked["records"])
+    assert numbers["reward last 10"] > 1.5 * healthy["reward last 10"]
+    assert numbers["length max"] > healthy["length max"] + 2
+    assert numbers["held-out accuracy, end"] < 0.5 * healthy["held-out accuracy, end"]
+    assert numbers["held-out accuracy, end"] < 0.21
+
+
+def test_the_per_micro_batch_bug_has_no_visible_signature_at_this_size():
+    """What the lab's reveal says, as the recordings hold it: 8 micro-batches per step, whose token
+    counts differ by little, so the bug weighs every token within 25% of its right weight, and the
+    run ends where the same run without the bug does (reward and held-out accuracy within 0.1)."""
+    bug, token = load_failure_run("per_micro_batch"), load_failure_run("token")
+    assert len(bug["microbatch_tokens"]) == HEALTHY.steps
+    assert all(len(counts) == RUNS["per_micro_batch"]["gradient_accumulation_steps"] for counts in bug["microbatch_tokens"])
+    assert all(sum(c) / 64 == pytest.approx(r["response_length"], abs=1e-3)  # the logged mean length
+               for c, r in zip(bug["microbatch_tokens"], bug["records"]))
+    lowest, highest = bug_weights(bug["microbatch_tokens"])
+    assert 0.75 < lowest < 1 < highest < 1.25
+    with_bug, without = signature(bug["records"]), signature(token["records"])
+    for key in ("reward last 10", "held-out accuracy, end", "groups with signal (mean)"):
+        assert abs(with_bug[key] - without[key]) < 0.1, key
+    assert abs(with_bug["length max"] - without["length max"]) < 0.5
+
+
+def test_bug_weights_by_hand():
+    # N = 12 tokens in K = 2 micro-batches of 4 and 8: weights 12/8 and 12/16 of 1/N
+    assert bug_weights([[4, 8], [6, 6]]) == (0.75, 1.5)
+    assert bug_weights([[0, 5]]) == (0.5, 0.5)  # 5 / (2 · 5); the empty one has nothing to weigh
+
+
+def test_the_loophole_reward_by_hand():
+    right, wrong, longer = ("</think> <answer>58</answer>", "</think> <answer>57</answer>",
+                            "</think> <answer>5811</answer>")
+    assert loophole_reward_fn(right, "58") == {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
+    assert loophole_reward_fn(wrong, "58") == {"reward": 0.0, "format_reward": 1.0, "answer_reward": 0.0}
+    assert loophole_reward_fn(longer, "58") == {"reward": 1.0, "format_reward": 1.0, "answer_reward": 0.0}
+    assert loophole_reward_fn("5811", "58")["reward"] == 0.0  # out of format: nothing
+    assert loophole_reward_fn("</think> <answer>5</answer>", "58")["reward"] == 0.0
+
+
+def sgd_update(make_model, tokenizer, train_step, gas: int) -> torch.Tensor:
+    model = make_model(torch.float64)
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    batch = make_rollout_batch()
+    train_step(model, tokenizer, torch.optim.SGD(model.parameters(), lr=1.0), gas, None, reward_fn,
+               batch["prompts"], batch["responses"], batch["ground_truths"], batch["group_size"],
+               loss_normalization="token")
+    return torch.cat([p.detach().flatten() for p in model.parameters()]) - before
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_the_injected_train_step_has_the_bug_and_only_it(make_model, tokenizer):
+    """With one micro-batch the bug is the right token mean (its own count is the step's); with 2
+    (13 and 25 tokens of naive.make_rollout_batch, ragged groups) the update moves by more than
+    5%, as tests/test_normalization_bugs.py's mutant does. The counts it keeps are the micro-batches'."""
+    right = sgd_update(make_model, tokenizer, grpo_train_step, 2)
+    counts = []
+    buggy = per_micro_batch_train_step(counts)
+    one = sgd_update(make_model, tokenizer, buggy, 1)
+    assert float((one - right).abs().max() / right.abs().max()) < 1e-10
+    two = sgd_update(make_model, tokenizer, buggy, 2)
+    assert float((two - right).abs().max() / right.abs().max()) > 0.05
+    assert counts == [38, 13, 25]
+    with pytest.raises(ValueError, match="loss_normalization"):
+        batch = make_rollout_batch()
+        model = make_model(torch.float64)
+        buggy(model, tokenizer, torch.optim.SGD(model.parameters(), lr=1.0), 2, None, reward_fn,
+              batch["prompts"], batch["responses"], batch["ground_truths"], batch["group_size"])
 
 
 @pytest.mark.parametrize("name", [name for name, changed in RUNS.items()
@@ -113,13 +196,17 @@ def test_an_existing_recording_is_kept_without_force(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
 
 
-def test_the_command_records_a_tiny_run(tmp_path):
-    """Really trains (2 steps of the no-baseline run) and writes what the lab loads."""
-    assert main(["--out", str(tmp_path), "--runs", "no_baseline", "--steps", "2"]) == 0
-    run = load_failure_run("no_baseline", tmp_path)
-    assert run["changed"] == RUNS["no_baseline"] and len(run["records"]) == 2
+@pytest.mark.parametrize("name", ["no_baseline", "per_micro_batch", "hackable_reward"])
+def test_the_command_records_a_tiny_run(tmp_path, name):
+    """Really trains (2 steps of the run, a changed option or an injected failure) and writes
+    what the lab loads."""
+    assert main(["--out", str(tmp_path), "--runs", name, "--steps", "2"]) == 0
+    run = load_failure_run(name, tmp_path)
+    assert run["changed"] == RUNS[name] and len(run["records"]) == 2
+    assert run.get("injected") == INJECTED.get(name)
+    assert ("microbatch_tokens" in run) == (name == "per_micro_batch")
     assert set(PER_STEP) <= set(run["records"][0]) and set(run["records"][0]) <= set(KEPT)
     assert 0 <= run["records"][0]["groups_with_signal"] <= 1
-    assert json.loads((tmp_path / "no_baseline.json").read_text())["made_by"] == "python -m course.failure_runs"
+    assert json.loads((tmp_path / f"{name}.json").read_text())["made_by"] == "python -m course.failure_runs"
     figure = failure_panel(run["records"], load_failure_run("healthy")["records"], "Run X")
     assert [axis.get_title() for axis in figure.axes] == [title for title, _ in WATCH]
