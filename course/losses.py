@@ -14,7 +14,8 @@ With r_t = π(o_t)/π_old(o_t) = exp(log π − sg(log π_old)) and a sequence a
 applied before the max, here to pg_loss_max): DAPO's decoupled bounds
 clip(r, 1−ε_low, 1+ε_high) (Yu et al. 2025, arXiv 2503.14476) or CISPO, plus a KL estimate
 (Schulman 2020, "Approximating KL divergence") and optional truncated-importance-sampling weights
-(Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training").
+(Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training",
+https://fengyao.notion.site/off-policy-rl).
 Shapes: B sequences × T positions; advantages are (B,) or (B, 1) per sequence.
 Every input is masked BEFORE any nonlinearity (exp, log, clamp): a masked inf or nan selected away
 only afterwards leaves the value finite but makes the gradient nan (0·∞ in backward).
