@@ -44,48 +44,7 @@ SLOW_ELSEWHERE = {
 }
 
 
-# Module fixtures that cost milliseconds (a kernel spec written to a folder): built on each xdist
-# worker that runs a test of theirs, rather than keeping their module's tests on one worker.
-CHEAP_MODULE_FIXTURES = {"kernel_environment"}
-
-
-def _module_setups(item) -> set[str]:
-    """The costly fixtures built once per module that the test uses (the gradings of many
-    submissions, a container image, an nbgrader course, a student edition's venv)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return set()
-    return {name for name in info.names_closure
-            if name not in CHEAP_MODULE_FIXTURES and (defs := info.name2fixturedefs.get(name))
-            and defs[-1].scope in ("module", "class", "package")}
-
-
-def _group_by_shared_setup(items) -> None:
-    """Mark with one xdist_group the tests of a module that share a costly module fixture, directly
-    or through another test (one fixture may build on another), so that `pytest -n N --dist
-    loadgroup` (pytest-xdist) builds each set-up on one worker, once; other tests go anywhere."""
-    parent: dict[tuple, tuple] = {}
-
-    def root(key):
-        while parent.setdefault(key, key) != key:
-            key = parent[key]
-        return key
-
-    uses = {}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        keys = [(module, name) for name in sorted(_module_setups(item))]
-        for key in keys[1:]:
-            parent[root(key)] = root(keys[0])
-        if keys:
-            uses[item] = keys[0]
-    for item, key in uses.items():
-        module, name = root(key)
-        item.add_marker(pytest.mark.xdist_group(f"{module}::{name}"))
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
             item.add_marker(pytest.mark.slow)
-    _group_by_shared_setup(items)
