@@ -66,7 +66,9 @@ def test_the_package_loads_its_names_on_first_use():
         course.no_such_name  # noqa: B018
 
 
-def test_plain_progress_writes_a_line_every_twentieth_of_the_run():
+def test_plain_progress_writes_a_line_every_twentieth_of_the_run(monkeypatch):
+    # not a Jupyter kernel, though a test run before this one in the process imported ipykernel
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
     written = io.StringIO()  # not a terminal
     bar = progress_bar(range(100), 100, desc="GRPO", unit="step", file=written)
     assert isinstance(bar, PlainProgress)

@@ -115,11 +115,27 @@ def _host_services() -> list:
 
 @dataclass
 class Ours:
-    """What tells our gradings' processes from those of other gradings on this machine: the user
-    ids their children ran under and the memory cgroups their templates started in (where the
-    machine gives the grader none, every worker of this checkout counts as ours)."""
+    """What tells our gradings' processes from those of other gradings on this machine (another
+    test's, on another pytest-xdist worker, too): the user ids their children ran under, the memory
+    cgroups their templates started in, and the grader processes (a CLI run) whose templates'
+    cgroups are named after them (`autograder-<pid>-...`). Where the machine gives the grader no
+    cgroup, every worker of this checkout counts as ours."""
     uids: set = field(default_factory=set)
     cgroups: set = field(default_factory=set)
+    graders: set = field(default_factory=set)
+
+    def owns(self, uid: int, groups: set, command: str, worker: str) -> bool:
+        if uid in self.uids or groups & self.cgroups:
+            return True
+        if any(g.startswith(f"autograder-{pid}-") for g in groups for pid in self.graders):
+            return True
+        return not self.cgroups and not (self.graders and _cgroups_here()) and worker in command
+
+
+def _cgroups_here() -> bool:
+    """Whether a grader on this machine puts its template in a memory cgroup (as `memory.create`)."""
+    from autograder.trusted import memory
+    return (memory.V1 / "memory.limit_in_bytes").exists() or memory._v2_parent() is not None
 
 
 def _leftovers(ours: Ours) -> list[str]:
@@ -136,7 +152,7 @@ def _leftovers(ours: Ours) -> list[str]:
             groups = {line.rsplit("/", 1)[-1] for line in (entry / "cgroup").read_text().splitlines()}
         except (OSError, AttributeError):
             continue
-        if uid in ours.uids or groups & ours.cgroups or (not ours.cgroups and worker in command):
+        if ours.owns(uid, groups, command, worker):
             found.append(f"process {entry.name} (uid {uid}): {command[:120]}")
     for folder in (Path("/tmp"), Path("/dev/shm")):
         for path in folder.iterdir() if folder.is_dir() else ():
@@ -249,16 +265,20 @@ def test_a_daemon_cannot_rewrite_results_json_after_the_grader_exits(tmp_path, t
     if sandbox_problem(ROOT, tier):
         pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
     results = tmp_path / "results.json"
-    run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--official",
-                          "--isolation", tier, "--submission",
-                          str(REDTEAM / "escape_outlive_results.py"), "--results", str(results),
-                          "-k", "compute_entropy", "-q", "-p", "no:cacheprovider"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 1, run.stdout[-3000:]
+    cli = subprocess.Popen([sys.executable, "-m", "pytest", "autograder", "--official",
+                            "--isolation", tier, "--submission",
+                            str(REDTEAM / "escape_outlive_results.py"), "--results", str(results),
+                            "-k", "compute_entropy", "-q", "-p", "no:cacheprovider"],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = cli.communicate(timeout=300)
+    finally:
+        cli.kill()
+    assert cli.returncode == 1, output[-3000:]
     written = results.read_text()
     time.sleep(3.0)  # the daemon writes every 0.25 s for 15 s, if it is still alive
     assert results.read_text() == written and json.loads(written)["score"] == 0
-    assert not _leftovers(Ours())  # the CLI's own sandbox: any worker of this checkout counts
+    assert not _leftovers(Ours(graders={cli.pid}))  # the CLI's own sandbox, by its cgroup's name
 
 
 @pytest.mark.parametrize("name", ("stages_tmp_files.py", "stages_abstract_socket.py"))
