@@ -109,8 +109,12 @@ class Session:
         self.incomplete: str | None = None  # why there is no grade (the grading did not complete)
         self.tampering: list[str] = []
 
-    def finish(self) -> None:
+    def finish(self, interrupted: bool = False) -> None:
         self.tampering = self.grading.finish()
+        if interrupted:  # Ctrl-C, or a session stopped by an error: not every check was judged
+            from autograder.trusted.grader import incomplete_note
+
+            self.incomplete = incomplete_note(["it was interrupted before every check ran"])
         self.write()
 
     def write(self) -> None:
@@ -142,7 +146,7 @@ def grading(request) -> Session:
 def pytest_sessionfinish(session, exitstatus) -> None:
     grading_session = session.config.stash.get(_session_key, None)
     if grading_session is not None:
-        grading_session.finish()
+        grading_session.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         if grading_session.incomplete:
             session.exitstatus = EXIT_INCOMPLETE
         elif (grading_session.tampering or grading_session.results_problem) and session.exitstatus == 0:

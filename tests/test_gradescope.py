@@ -201,6 +201,29 @@ def test_a_grader_killed_mid_run_leaves_no_results_json_and_run_autograder_fails
     assert list((root / "results").iterdir()) == []  # nor half a file under another name
 
 
+@pytest.mark.slow
+def test_an_interrupted_grading_writes_no_results_json(tmp_path):
+    """Ctrl-C (SIGINT) after the first checks were judged: pytest autograder writes nothing to
+    --results while checks run, and an interrupted session is no grade (exit 3, says why)."""
+    results = tmp_path / "results.json"
+    grading = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "autograder", "-v", "-p", "no:cacheprovider", "--submission",
+         str(ROOT / "tests" / "redteam" / "classification_hang.py"), "--results", str(results)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    judged = ""
+    while "tokenize_prompt_and_output" not in judged:  # a first stage's check is judged ...
+        line = grading.stdout.readline()
+        assert line, judged[-2000:]
+        judged += line
+    time.sleep(2)  # ... and compute_entropy hangs for its 30 s probe timeout
+    assert not results.exists()  # nothing written midway
+    grading.send_signal(signal.SIGINT)
+    out, _ = grading.communicate(timeout=120)
+    assert grading.returncode == 3, (judged + out)[-3000:]
+    assert "GRADING DID NOT COMPLETE" in out and "interrupted" in out
+    assert not results.exists()
+
+
 def test_run_autograder_fails_where_isolation_is_refused(tmp_path):
     """Bubblewrap asked for where there is none (PATH without it; tier 2 would hold here, so it
     is asked for by name): the official grading refuses, no results.json is written, and `run`

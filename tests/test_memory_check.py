@@ -30,7 +30,8 @@ def test_saved_bytes_count_the_logits_only_when_they_are_kept():
     assert plain >= logits_bytes                       # the plain forward keeps its logits
     # the chunked head keeps what the plain forward does (decoder activations, hidden states, one
     # log-normalizer per position) less the logits, plus a contiguous copy of the (B, T) int64 labels
-    assert plain - logits_bytes < chunked <= plain - logits_bytes + 2 * 64 * 8
+    # and the one float32 column its saved tile rows [h, ·] (N, H + 1) hold beside h
+    assert plain - logits_bytes < chunked <= plain - logits_bytes + 2 * 64 * (8 + 4)
     torch.testing.assert_close(chunked_out["log_probs"], plain_out["log_probs"], rtol=0, atol=1e-5)
     del plain_out, chunked_out                         # the graph goes, and so do the saved tensors
     assert SavedBytes({}).total() == 0

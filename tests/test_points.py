@@ -174,7 +174,8 @@ def test_data_parallel_check_runs_in_the_kernel(bug, kernel_environment, tmp_pat
     name = "06_train_step.ipynb"
     notebook = nbformat.read(SOLUTIONS / name, as_version=4)
     if bug:
-        (solution,) = [c for c in notebook.cells if nbgrader_meta(c).get("solution")]
+        (solution,) = [c for c in notebook.cells if nbgrader_meta(c).get("solution")
+                       and "def grpo_train_step(" in c.source]  # not the ungraded decision cell
         solution.source = (f"import sys\nsys.path.insert(0, {str(CASES)!r})\nfrom _impl import build\n\n"
                            f"grpo_train_step = build({bug!r})['grpo_train_step']")
     work, temporary = tmp_path / "work", tmp_path / "tmp"
