@@ -209,7 +209,8 @@ def test_an_interrupted_grading_writes_no_results_json(tmp_path):
     grading = subprocess.Popen(
         [sys.executable, "-m", "pytest", "autograder", "-v", "-p", "no:cacheprovider", "--submission",
          str(ROOT / "tests" / "redteam" / "classification_hang.py"), "--results", str(results)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})  # each line as pytest writes it, not at exit
     judged = ""
     while "tokenize_prompt_and_output" not in judged:  # a first stage's check is judged ...
         line = grading.stdout.readline()
