@@ -210,7 +210,10 @@ def test_an_interrupted_grading_writes_no_results_json(tmp_path):
         [sys.executable, "-m", "pytest", "autograder", "-v", "-p", "no:cacheprovider", "--submission",
          str(ROOT / "tests" / "redteam" / "classification_hang.py"), "--results", str(results)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})  # each line as pytest writes it, not at exit
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # each line as pytest writes it, not at exit
+        # a shell's background job (CI's) ignores SIGINT, and a Python that inherits SIG_IGN never
+        # installs its KeyboardInterrupt handler: give it the disposition a terminal's Ctrl-C meets
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     judged = ""
     while "tokenize_prompt_and_output" not in judged:  # a first stage's check is judged ...
         line = grading.stdout.readline()
