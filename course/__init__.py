@@ -22,7 +22,7 @@ from course.registry import (  # what is graded, by stage, in order
 # Where each name of `__all__` lives: the graded functions in their stage's module, and helpers.
 _HOMES = {
     **HOME_MODULES,
-    "GRPOLossConfig": "course.losses",
+    "GRPOLossConfig": "course.off_policy",
     "LossStatistics": "course.metrics",
     "calculate_loss_and_backward": "course.aggregation",
     "compare_logprobs": "course.metrics",
