@@ -314,7 +314,7 @@ def test_a_rebuild_never_overwrites_an_edited_notebook(edition, tmp_path, capsys
 @pytest.mark.parametrize("argv, flag", [
     (["--student-edition", "DIR", "--reveal", "9"], "--reveal"),
     (["--student-edition", "DIR", "--reveal", "x"], "--reveal"),
-    (["--student-edition", "DIR", "--reveal", "1,,7"], "--reveal"),
+    (["--student-edition", "DIR", "--reveal", "1,,8"], "--reveal"),
     (["--reveal", "1"], "--reveal"),
     (["--reveal=all"], "--reveal"),
     (["--student-edition", "FILE"], "--student-edition"),
