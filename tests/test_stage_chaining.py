@@ -43,7 +43,7 @@ TRAIN_STEP_VALUE = "grpo_train_step: full-batch update matches the reference (se
 def _learner(folder: Path) -> Path:
     """The solution notebooks, with notebook 03's compute_rollout_rewards redefined wrongly."""
     folder.mkdir(parents=True, exist_ok=True)
-    for notebook in sorted((REPO_ROOT / "solutions").glob("0[1-6]_*.ipynb")):
+    for notebook in sorted((REPO_ROOT / "solutions").glob("0[1-7]_*.ipynb")):
         shutil.copyfile(notebook, folder / notebook.name)
     path = folder / "03_advantages.ipynb"
     document = json.loads(path.read_text(encoding="utf-8"))
