@@ -15,9 +15,11 @@ The bound on JSON values bounds memory, not only bytes: 48 MB of nested empty li
 16 million Python lists (1.5 GB) before anything could look at them.
 
 A .py submission runs in the sandbox's stage children, under user ids of their own, which cannot
-enter a folder only its owner may (an upload in a 0700 folder). So the trusted side reads it (no
-links followed, size-capped) into a private copy the children can read (`Submission.private`,
-removed when the grading ends); what cannot be read is `SubmissionUnreadable`, a usage error.
+enter a folder only its owner may (an upload in a 0700 folder). So the trusted side reads it and the
+.py files beside it, its helpers (no links followed, size-capped), and sends their text with the
+request (`Submission.files`): the sandbox shows no folder of the submission's, so one template can
+serve any notebook or .py submission (`instructor.batch` starts the next one ahead). What cannot be
+read is `SubmissionUnreadable`, a usage error.
 """
 
 from __future__ import annotations
@@ -27,9 +29,7 @@ import errno
 import json
 import os
 import re
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +48,8 @@ MAX_REPORTED = 5  # skipped cells named one by one per notebook
 # JSON values (objects, lists, and the items they hold) in one notebook: the course's hold ~3,000
 MAX_JSON_VALUES = 1_000_000
 MAX_PY_BYTES = 4 * 2**20  # one .py file (the reference, all stages, is ~100 kB)
-MAX_PY_FILES = 50  # .py files copied beside a .py submission (its own helpers)
+MAX_PY_FILES = 50  # .py files read beside a .py submission (its own helpers)
+MAX_PY_TOTAL_BYTES = 16 * 2**20  # the submission and its helpers together
 JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
@@ -69,20 +70,15 @@ class Submission:
     units: list = field(default_factory=list)  # [{"name", "statements": [(label, source)]}]
     providers: dict = field(default_factory=dict)  # graded name -> unit index
     problems: list = field(default_factory=list)  # syntax errors etc., reported with each check
-    private: str | None = None  # the folder of a .py's private copy, removed by `cleanup`
+    files: dict = field(default_factory=dict)  # a .py's text and its helpers': file name -> text
 
     @property
     def is_reference(self) -> bool:
         return self.kind == "module" and self.target == "course"
 
-    def cleanup(self) -> None:
-        if self.private:
-            shutil.rmtree(self.private, ignore_errors=True)
-            self.private = None
-
     def to_request(self) -> dict:
         return {"kind": self.kind, "target": self.target, "units": self.units,
-                "providers": self.providers}
+                "providers": self.providers, "files": self.files}
 
 
 def _is_constant_assignment(node: ast.stmt) -> bool:
@@ -282,32 +278,20 @@ def _read_py(path: Path, follow_links: bool) -> bytes:
 
 
 def _from_py(path: Path) -> Submission:
-    """A .py submission, copied (with the .py files beside it, its helpers) into a private folder
-    the sandbox's children can read whatever the upload's permissions."""
-    data = _read_py(path, follow_links=True)
-    private = tempfile.mkdtemp(prefix="submission-")
-    try:
-        os.chmod(private, 0o755)  # the stage children run under their own user ids
-        siblings = sorted(p for p in path.parent.glob("*.py") if p.name != path.name)
-        for sibling in siblings[:MAX_PY_FILES]:
-            try:
-                _write_copy(Path(private, sibling.name), _read_py(sibling, follow_links=False))
-            except SubmissionUnreadable:
-                continue  # a helper that is a link or too large is left out, as bwrap would
-        target = Path(private, path.name)
-        _write_copy(target, data)
-    except BaseException:
-        shutil.rmtree(private, ignore_errors=True)
-        raise
-    return Submission("py", str(target), private=private)
-
-
-def _write_copy(path: Path, data: bytes) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o644)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
-    os.chmod(path, 0o644)  # whatever the umask
+    """A .py submission, read with the .py files beside it (its helpers, in name order, while
+    they fit `MAX_PY_TOTAL_BYTES`); a helper that is a link, too large or unreadable is left out."""
+    text = _read_py(path, follow_links=True).decode("utf-8", "replace")
+    files, total = {path.name: text}, len(text)
+    siblings = sorted(p for p in path.parent.glob("*.py") if p.name != path.name)
+    for sibling in siblings[:MAX_PY_FILES]:
+        try:
+            helper = _read_py(sibling, follow_links=False).decode("utf-8", "replace")
+        except (SubmissionUnreadable, OSError):
+            continue
+        if total + len(helper) > MAX_PY_TOTAL_BYTES:
+            break
+        files[sibling.name], total = helper, total + len(helper)
+    return Submission("py", str(path), files=files)
 
 
 def _from_notebooks(paths: list, target: str, follow_links: bool) -> Submission:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from shared_template import SharedTemplates
 
 from autograder.api import grade
 
@@ -118,16 +119,19 @@ ATTACKS = ("patch_torch", "os_exit", "sys_exit", "fake_output", "results_json", 
            "memory_bomb", "equal_tensor", "read_fixtures", "delegate", "patch_pytest")  # + conftest, below
 
 
-def _grade_all(jobs: dict) -> dict:
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {key: pool.submit(grade, *args, **kwargs) for key, (args, kwargs) in jobs.items()}
+def _grade_all(jobs: dict, shared: bool = False) -> dict:
+    """Two gradings at a time; `shared`: on one template per thread (benign submissions only,
+    `tests/shared_template.py`), else each on its own, as the product grades."""
+    with SharedTemplates() as templates, ThreadPoolExecutor(max_workers=2) as pool:
+        grader = templates.grade if shared else grade
+        futures = {key: pool.submit(grader, *args, **kwargs) for key, (args, kwargs) in jobs.items()}
         return {key: future.result() for key, future in futures.items()}
 
 
 @pytest.fixture(scope="module")
 def mutant_grades() -> dict:
     return _grade_all({bug: ((str(CASES / f"mutant_{bug}.py"), (function,)), {"seed": 1234})
-                       for bug, (function, _, _) in MUTANTS.items()})
+                       for bug, (function, _, _) in MUTANTS.items()}, shared=True)
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +176,8 @@ def test_every_gate_is_a_value_check_of_the_same_function():
 
 @pytest.fixture(scope="module")
 def do_nothing_grades() -> dict:
-    return _grade_all({name: ((str(CASES / f"nothing_{name}.py"),), {"seed": 99}) for name in DO_NOTHING})
+    return _grade_all({name: ((str(CASES / f"nothing_{name}.py"),), {"seed": 99}) for name in DO_NOTHING},
+                      shared=True)
 
 
 @pytest.mark.parametrize("name", DO_NOTHING)

@@ -103,7 +103,7 @@ def test_a_class_gets_one_right_row_per_student_and_a_rerun_grades_nothing_again
 def test_an_interrupted_run_resumes_and_regrade_grades_again(tmp_path):
     klass = tmp_path / "class"
     klass.mkdir()
-    for name in ("ann", "bob", "cat", "dan", "eve"):  # enough that Ctrl-C lands mid-class
+    for name in ("ann", "bob", "cat"):  # with one job, Ctrl-C after ann lands mid-class
         _notebooks(klass / name, ROOT / "notebooks")
     grades = tmp_path / "grades.csv"
     command = [sys.executable, "-m", "instructor.batch", str(klass), "--jobs", "1", "--csv",
@@ -119,19 +119,19 @@ def test_an_interrupted_run_resumes_and_regrade_grades_again(tmp_path):
     _, err = run.communicate(timeout=120)
     assert run.returncode == 130 and "run the same command again" in err, err[-2000:]
     first = _stored(grades)
-    assert 1 <= len(first) < 5 and not grades.exists()
+    assert 1 <= len(first) < 3 and not grades.exists()
     resumed = _batch(*command[3:])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"{len(first)} of 5 already graded" in resumed.stdout
+    assert f"{len(first)} of 3 already graded" in resumed.stdout
     after = _stored(grades)
-    assert sorted(after) == ["ann.json", "bob.json", "cat.json", "dan.json", "eve.json"]
+    assert sorted(after) == ["ann.json", "bob.json", "cat.json"]
     assert all(after[name] == first[name] for name in first)  # kept, not graded again
-    assert sorted(_rows(grades)) == ["ann", "bob", "cat", "dan", "eve"]
+    assert sorted(_rows(grades)) == ["ann", "bob", "cat"]
     # a student who changed the submission is graded again; --regrade grades everyone again
     notebook = next((klass / "cat").glob("*.ipynb"))
     notebook.write_text(notebook.read_text().replace("NotImplementedError", "NotImplementedError "))
     changed = _batch(*command[3:])
-    assert "4 of 5 already graded" in changed.stdout
+    assert "2 of 3 already graded" in changed.stdout
     assert _stored(grades)["cat.json"] != after["cat.json"]
     before = _stored(grades)
     regraded = _batch(*command[3:], "--regrade")

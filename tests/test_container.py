@@ -192,6 +192,6 @@ def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(images, tm
     results = _graded(outcome)
     lost = [t for t in results["tests"] if t["status"] == "failed"]
     assert lost and all(t["name"].startswith("compute_entropy") for t in lost), lost
-    assert all("memory" in t["output"] for t in lost if t["score"] == 0), lost
+    assert all("memory" in t["output"] for t in lost if t["score"] == 0), [t["output"] for t in lost]
     assert results["score"] == results["graded_points"] - POINTS["compute_entropy"]
 

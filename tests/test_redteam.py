@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
 import socketserver
 import subprocess
 import sys
@@ -98,15 +99,30 @@ def _serving(module: str, udp: bool = False) -> type:
     return Handler
 
 
-class _TCPServer(socketserver.TCPServer):
-    allow_reuse_address = True  # a port of the previous session may still be in TIME_WAIT
+class _SharedPort:
+    """A server whose port another may serve at once (SO_REUSEPORT): the two tiers' gradings may
+    run together on two pytest-xdist workers, each with its own servers; SO_REUSEADDR, because a
+    port of the previous session may still be in TIME_WAIT."""
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+
+
+class _TCPServer(_SharedPort, socketserver.TCPServer):
+    pass
+
+
+class _UDPServer(_SharedPort, socketserver.UDPServer):
+    pass
 
 
 def _host_services() -> list:
     servers = [_TCPServer(("127.0.0.1", REFERENCE_PORT), _serving("scoring.py"))]
     servers += [_TCPServer(("127.0.0.1", port), _serving("train_step.py"))
                 for port in TRAIN_STEP_TCP_PORTS]
-    servers.append(socketserver.UDPServer(("127.0.0.1", TRAIN_STEP_UDP_PORT),
+    servers.append(_UDPServer(("127.0.0.1", TRAIN_STEP_UDP_PORT),
                                           _serving("train_step.py", udp=True)))
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -187,9 +203,11 @@ def our_gradings():
         yield ours
 
 
-@pytest.fixture(scope="module", params=TIERS)
+@pytest.fixture(scope="class")
 def red_team(request) -> dict:
-    tier = request.param
+    """Every attack graded in the class's tier (a class each: pytest-xdist's loadscope may then
+    grade the two tiers on two workers at once)."""
+    tier = request.cls.tier
     problem = sandbox_problem(ROOT, tier)
     if problem:
         pytest.skip(f"no {tier} sandbox here: {problem}")
@@ -217,7 +235,7 @@ def red_team(request) -> dict:
                         isolation=tier)
     later_reference = grade("course", ("compute_entropy", "tokenize_prompt_and_output"),
                             official=True, isolation=tier)
-    return {"graded": graded, "leftovers": leftovers, "blank": later_blank, "tier": tier,
+    return {"graded": graded, "leftovers": leftovers, "blank": later_blank,
             "reference": later_reference, "seconds": elapsed}
 
 
@@ -229,33 +247,43 @@ def test_the_red_team_is_large_and_covers_every_class():
         assert needed in classes, f"no attack of class {needed!r}: {sorted(classes)}"
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
-def test_attack_earns_nothing_beyond_honest_work(entry, red_team):
-    header = read_header(entry)
-    graded = red_team["graded"][entry.name]
-    outputs = " | ".join(f"{n}: {r['output'][:300]}" for n, r in graded["results"].items()
-                         if r["score"])
-    assert graded["max_score"] > 0, f"{entry.name}: nothing was graded"
-    assert graded["score"] <= header["honest"], f"{entry.name} earned {graded['score']}: {outputs}"
-    assert not graded["practice"], graded["isolation"]
-    assert graded["isolation_tier"] == {"landlock": "landlock-seccomp"}.get(red_team["tier"],
-                                                              red_team["tier"])
-    if header["says"]:
-        everything = " ".join(r["output"] for r in graded["results"].values())
-        everything += " ".join(graded["load_errors"]) + (graded["load_failure"] or "")
-        assert header["says"] in everything, f"{entry.name}: {header['says']!r} not in {everything[:2000]}"
+class RedTeam:
+    """The tests of one tier's gradings (`tier`: an `isolation=` value of TIERS)."""
+
+    tier = ""
+
+    @pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+    def test_attack_earns_nothing_beyond_honest_work(self, entry, red_team):
+        header = read_header(entry)
+        graded = red_team["graded"][entry.name]
+        outputs = " | ".join(f"{n}: {r['output'][:300]}" for n, r in graded["results"].items()
+                             if r["score"])
+        assert graded["max_score"] > 0, f"{entry.name}: nothing was graded"
+        assert graded["score"] <= header["honest"], f"{entry.name} earned {graded['score']}: {outputs}"
+        assert not graded["practice"], graded["isolation"]
+        assert graded["isolation_tier"] == {"landlock": "landlock-seccomp"}.get(self.tier, self.tier)
+        if header["says"]:
+            everything = " ".join(r["output"] for r in graded["results"].values())
+            everything += " ".join(graded["load_errors"]) + (graded["load_failure"] or "")
+            assert header["says"] in everything, \
+                f"{entry.name}: {header['says']!r} not in {everything[:2000]}"
+
+    def test_nothing_outlives_the_gradings(self, red_team):
+        assert not red_team["leftovers"], red_team["leftovers"]
+
+    def test_later_gradings_are_not_affected(self, red_team):
+        blank, reference = red_team["blank"], red_team["reference"]
+        assert blank["max_score"] > 0 and blank["score"] == 0, blank["results"]
+        failed = {n: r["output"] for n, r in reference["results"].items() if r["status"] == "failed"}
+        assert reference["score"] == reference["max_score"] > 0, failed
 
 
-def test_nothing_outlives_the_gradings(red_team):
-    assert not red_team["leftovers"], red_team["leftovers"]
+class TestBubblewrap(RedTeam):
+    tier = "bubblewrap"
 
 
-def test_later_gradings_are_not_affected(red_team):
-    blank, reference = red_team["blank"], red_team["reference"]
-    assert blank["max_score"] > 0 and blank["score"] == 0, blank["results"]
-    failed = {n: r["output"] for n, r in reference["results"].items() if r["status"] == "failed"}
-    assert reference["score"] == reference["max_score"] > 0, failed
-
+class TestLandlock(RedTeam):
+    tier = "landlock"
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -294,13 +322,13 @@ def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypat
 
     real = grader.Grader._stage_client
 
-    def all_alive(self, stage):
-        if stage in self.stages:
+    def all_alive(self, stage, models):
+        if stage in self.stages and (self.stages[stage].models or not models):
             return self.stages[stage]
-        others = dict(self.stages)
+        others = {key: client for key, client in self.stages.items() if key != stage}
         self.stages.clear()  # nothing for it to end
         try:
-            return real(self, stage)
+            return real(self, stage, models)
         finally:
             self.stages.update(others)
 

@@ -296,6 +296,9 @@ def describe_error(function: str, response: dict) -> str:
             return f"{function} raises NotImplementedError: it is not implemented yet"
         tail = str(response.get("traceback", "")).strip().splitlines()[-3:]
         where = ("\n  " + "\n  ".join(tail)) if tail else ""
+        if response.get("error_type") == "MemoryError":  # the per-process bound, met in Python
+            return (f"{function} ran out of memory (raised MemoryError: it asked for more than "
+                    f"the grading's memory limit lets one process hold){where}")
         return f"{function} raised {response.get('error_type')}: {response.get('message')}{where}"
     return f"{function}: unexpected answer from the probe (status {status!r})"
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from autograder.options import DEFAULT_OPTIONS, GradingOptions
+from autograder.protocol.markers import MODEL_FUNCTIONS
 from autograder.trusted import core
 from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
 from autograder.trusted.isolation import isolation_tier
@@ -67,9 +68,8 @@ def load_fixtures(path: Path = FIXTURES) -> dict:
 
 
 def _visible_paths(submission: Submission) -> list[str]:
-    """Folders the sandbox shows (read-only): a .py submission's own folder, for its imports."""
-    if submission.kind == "py":
-        return [os.path.dirname(submission.target)]
+    """Folders the sandbox shows (read-only): an importable module's, for its imports (a .py
+    submission and its helpers travel as text in the request, a notebook's cells too)."""
     if submission.kind == "module" and not submission.is_reference:
         with contextlib.suppress(Exception):
             spec = importlib.util.find_spec(submission.target.split(".")[0])
@@ -115,28 +115,37 @@ def _imported_files(source: str, folder: Path, here: Path) -> list[Path]:
 
 def _sources(submission: Submission) -> list[str]:
     """The submission's source text (read, never run), to look for copies: a notebook's kept
-    statements; a .py file, or a module's `__init__`, and the files of its folder that their
-    imports load (the sandbox shows that folder)."""
+    statements; a .py file and the helpers beside it that its imports load; a module's
+    `__init__` and the files of its folder that its imports load (the sandbox shows that folder)."""
     if submission.kind == "units":
         return ["\n".join(source for _, source in unit["statements"]) for unit in submission.units]
+    if submission.kind == "py":
+        return _imported_texts([Path(submission.target).name], submission.files.get,
+                               lambda text, here: [p.name for p in _imported_files(text, Path(), here)
+                                                   if p.parent == Path()])
     if submission.kind == "module" and submission.is_reference:
         return []
     folders = _visible_paths(submission)
     if not folders:
         return []
     folder = Path(folders[0])
-    todo = [Path(submission.target)] if submission.kind == "py" else \
-        _imported_files(f"import {submission.target}", folder, folder)
+    return _imported_texts(_imported_files(f"import {submission.target}", folder, folder),
+                           _read_source, lambda text, here: _imported_files(text, folder, here))
+
+
+def _imported_texts(todo: list, read, imports) -> list[str]:
+    """The texts of `todo` and of what their imports load, in order: `read(key)` is a file's
+    text (None: not there), `imports(text, folder of key)` the keys its imports would load."""
     texts, seen = [], set()
     while todo and len(seen) < MAX_SOURCE_FILES:
-        path = todo.pop(0)
-        if path in seen:
+        key = todo.pop(0)
+        if key in seen:
             continue
-        seen.add(path)
-        text = _read_source(path)
+        seen.add(key)
+        text = read(key)
         if text is not None:
             texts.append(text)
-            todo += _imported_files(text, folder, path.parent)
+            todo += imports(text, Path(key).parent)
     return texts
 
 
@@ -287,13 +296,16 @@ class Grader:
                                      f"{type(exc).__name__}: {exc}")
             return
 
-    def _stage_client(self, stage: str) -> StageClient:
+    def _stage_client(self, stage: str, models: bool) -> StageClient:
         """The stage's child, started (with one retry for a timeout or a stopped sandbox). At
         most one stage's child is alive: another stage's is ended first (it and every process of
         its user, and what it wrote is wiped), so no two stages can exchange anything; a stage
-        met again gets a fresh child."""
-        if stage in self.stages:
-            return self.stages[stage]
+        met again gets a fresh child. `models`: the check builds a model, so the template imports
+        transformers' modeling code before it forks (once: later children inherit it); a child
+        forked without it is replaced by one with it (cheaper than its own import)."""
+        client = self.stages.get(stage)
+        if client is not None and (client.models or not models):
+            return client
         for other in list(self.stages):
             self.stages.pop(other).close()
         config = {"submission": self.submission.to_request(), "device": self.device,
@@ -304,7 +316,8 @@ class Grader:
         # ranks forked and connected before the submission loads (`autograder.untrusted.ranks`)
         ranks = max((c.needs_processes for c in core.CHECKS if c.stage == stage), default=0) \
             if self.isolation_tier == "landlock-seccomp" else 0
-        client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks)
+        client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks,
+                             models)
         for attempt in (1, 2):
             remaining = self._remaining()
             if remaining <= 0:
@@ -353,7 +366,8 @@ class Grader:
         stage = STAGE_OF[function]
         if stage in self.stage_failures:
             raise Fail(self.stage_failures[stage])
-        runner = self.runner if self.in_process else self._stage_client(stage)
+        runner = self.runner if self.in_process else \
+            self._stage_client(stage, function in MODEL_FUNCTIONS)
         allowed = timeout or self.probe_timeout
         try:
             response = runner.request(message, min(allowed, remaining))

@@ -169,13 +169,15 @@ class Sandbox:
                                        + (f": {tail[-600:]}" if tail else ""))
         return json.loads(message)
 
-    def fork(self, stage: str, fds: list, ranks: int = 0) -> tuple[int, int]:
+    def fork(self, stage: str, fds: list, ranks: int = 0, models: bool = False) -> tuple[int, int]:
         """A new child for `stage` with these descriptors (and `ranks` data-parallel ranks forked
-        before its submission loads: tier 2); returns (pid, uid) inside the sandbox."""
+        before its submission loads: tier 2; `models`: the template imports transformers'
+        modeling code first); returns (pid, uid) inside the sandbox."""
         self.forks += 1
         uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
         socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage, "uid": uid,
-                                                   "ranks": ranks}).encode()], fds)
+                                                   "ranks": ranks, "models": models}).encode()],
+                        fds)
         return self._reply(60, "starting a worker")["pid"], uid
 
     def reap(self, pid: int, uid: int, grace: float) -> dict:
@@ -263,9 +265,9 @@ class StageClient:
     references stubbed): a fresh child after a crash, requests out, answers in."""
 
     def __init__(self, sandbox: Sandbox, stage: str, config: dict, load_timeout: float = 90.0,
-                 memory_mb: int | None = None, ranks: int = 0):
+                 memory_mb: int | None = None, ranks: int = 0, models: bool = False):
         self.sandbox, self.stage, self.config = sandbox, stage, config
-        self.ranks = ranks
+        self.ranks, self.models = ranks, models
         self.load_timeout = load_timeout
         self.memory_mb = memory_mb
         self.process: StageProcess | None = None
@@ -285,7 +287,7 @@ class StageClient:
                               0o600)
         try:
             pid, uid = self.sandbox.fork(self.stage, [request_read, answer_write, self.log_fd],
-                                         self.ranks)
+                                         self.ranks, self.models)
         finally:
             os.close(request_read)
             os.close(answer_write)

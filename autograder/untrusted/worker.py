@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -95,6 +96,27 @@ class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
 
 
+class HelperFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves a .py submission's helpers (`import helper` of a `helper.py` beside it) from the
+    text the grader sent: the sandbox shows none of the submission's folders."""
+
+    def __init__(self, files: dict):
+        self.files = {name[:-3]: (name, text) for name, text in files.items()}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if path is None and fullname in self.files:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        name, text = self.files[module.__name__]
+        module.__file__ = name
+        exec(compile(text, name, "exec"), module.__dict__)
+
+
 def install_course(sources: dict, extra_globals: dict | None = None) -> None:
     """Replace whatever `course` modules are loaded by those of `sources` (course.models, built
     once by the template, is kept)."""
@@ -151,13 +173,16 @@ def load(config: dict):
         except BaseException as exc:
             errors.append(f"import {target}: {type(exc).__name__}: {exc}")
     elif kind == "py":
-        sys.path.insert(0, os.path.dirname(target))
+        files = submission["files"]
+        # its helpers are found where its folder would be on sys.path: before the disk's modules
+        place = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+                     len(sys.meta_path))
+        sys.meta_path.insert(place, HelperFinder(files))
         module = types.ModuleType("submission")
         module.__file__ = target
         sys.modules["submission"] = module
         try:
-            with open(target, encoding="utf-8") as handle:
-                exec(compile(handle.read(), target, "exec"), module.__dict__)
+            exec(compile(files[os.path.basename(target)], target, "exec"), module.__dict__)
         except BaseException as exc:
             errors.append(f"{os.path.basename(target)}: {type(exc).__name__}: {exc}")
         namespaces.append(vars(module))
@@ -189,11 +214,7 @@ def _written(submission: dict, name: str) -> bool:
     if submission["kind"] == "units":
         source = last_definition(submission["units"], submission["providers"], name)
     elif submission["kind"] == "py":
-        try:
-            with open(submission["target"], encoding="utf-8") as handle:
-                source = handle.read()
-        except (OSError, UnicodeError):
-            source = None
+        source = submission["files"].get(os.path.basename(submission["target"]))
     else:
         source = None
     try:
@@ -403,8 +424,10 @@ def _private_folder(setup: dict, uid: int) -> str | None:
 def template(control_fd: int, root: str) -> None:
     sys.path.insert(0, root)
     setup = _receive()  # the template's configuration, on its stdin
+    # transformers is loaded once here, shared by every child (its modeling code only when a
+    # child needs it: `markers.import_model_code`)
     import torch
-    import transformers  # noqa: F401  (loaded once here, shared by every child)
+    import transformers  # noqa: F401
 
     from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
     from autograder.untrusted import confine, probes  # noqa: F401
@@ -424,6 +447,8 @@ def template(control_fd: int, root: str) -> None:
             return
         order = json.loads(message)
         if order["op"] == "fork":
+            if order.get("models"):
+                markers.import_model_code()
             order["folder"] = _private_folder(setup, order["uid"])
             pid = os.fork()
             if pid == 0:
