@@ -1,7 +1,7 @@
 """GRPO, one stage at a time: the course's reference solutions.
 
 Pipeline order (one module per concept):
-  tokenization → scoring → advantages → losses → aggregation → train_step
+  tokenization → scoring → advantages → losses → off_policy → aggregation → train_step
 and the support modules models (tiny OLMo2 + tokenizer), metrics, distributed, tasks, rollout,
 train, plotting.
 Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
@@ -22,7 +22,7 @@ from course.registry import (  # what is graded, by stage, in order
 # Where each name of `__all__` lives: the graded functions in their stage's module, and helpers.
 _HOMES = {
     **HOME_MODULES,
-    "GRPOLossConfig": "course.losses",
+    "GRPOLossConfig": "course.off_policy",
     "LossStatistics": "course.metrics",
     "calculate_loss_and_backward": "course.aggregation",
     "compare_logprobs": "course.metrics",

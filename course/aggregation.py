@@ -1,4 +1,4 @@
-"""Stage 5 — loss aggregation: turning per-token losses into the scalar we backpropagate.
+"""Stage 6 — loss aggregation: turning per-token losses into the scalar we backpropagate.
 
 Three normalizations, each a choice about how much a token weighs:
   sequence  (1/B) Σ_i (1/|o_i|) Σ_t ℓ_it      GRPO, Shao et al. 2024 (arXiv 2402.03300)

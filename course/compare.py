@@ -1,4 +1,4 @@
-"""The loss variants side by side: notebook 07's experiment, rerunnable from the command line.
+"""The loss variants side by side: notebook 08's experiment, rerunnable from the command line.
 
     python -m course.compare --out runs/compare                       # 5 losses x 2 normalizations, minutes
     python -m course.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50   # the full one

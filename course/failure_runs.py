@@ -1,4 +1,4 @@
-"""Recorded GRPO runs that go wrong: the failure-mode lab of notebook 07.
+"""Recorded GRPO runs that go wrong: the failure-mode lab of notebook 08.
 
     python -m course.failure_runs                 # writes course/checkpoints/failure_runs/*.json
     python -m course.failure_runs --out DIR --steps 2 --runs healthy
@@ -10,7 +10,7 @@ per run (4 to 5 KB). The lab reads these files offline, so it neither trains nor
 reference stages.
 
 Most runs change `TrainConfig` options (`RUNS`). Two inject what no option sets (`INJECTED`):
-- per_micro_batch: notebook 05's gradient-accumulation bug, in the loop's own train step:
+- per_micro_batch: notebook 06's gradient-accumulation bug, in the loop's own train step:
   `course.grpo_train_step` with `calculate_loss_and_backward` replaced by each micro-batch's own
   token mean times its share b/B of the rows (1/K for K equal micro-batches), instead of its
   token sum over the step's N. A token of micro-batch k then weighs 1/(K·n_k), not 1/N. The run
@@ -82,7 +82,7 @@ class LoopholeAddition(AdditionTask):
 
 
 def per_micro_batch_train_step(counts: list[int] | None = None):
-    """`course.grpo_train_step` with notebook 05's bug: the same code, with each micro-batch's
+    """`course.grpo_train_step` with notebook 06's bug: the same code, with each micro-batch's
     loss its own token mean (`aggregate_loss_across_microbatch` without the step's count) times
     its share b/B of the step's rows, for token normalization only. `counts` collects each
     micro-batch's token count n_k, in the order of the calls."""

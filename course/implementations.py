@@ -2,7 +2,7 @@
 
 Two rules, for two uses:
 
-- `load_implementations` (yours first): notebook 07 and `python -m course.train --notebooks DIR`
+- `load_implementations` (yours first): notebook 08 and `python -m course.train --notebooks DIR`
   train with the learner's implementation of
   every stage: their `grpo_train_step`, which calls their own tokenizer, scorer, advantages,
   losses and aggregation. A graded function still holding the release's stub (`raise
@@ -19,7 +19,7 @@ The notebooks are read the way the autograder reads them (`course.submission`): 
 imports, definitions and UPPER_CASE constants are kept, so a training loop or a plot in a notebook
 never runs here. Those definitions are then executed in this process: the learner's own code, on
 their own machine, exactly as their notebook runs it. Each notebook keeps its own namespace; a
-graded function that a notebook imports from `course` (notebook 06 imports the tokenizer, for
+graded function that a notebook imports from `course` (notebook 07 imports the tokenizer, for
 example) is replaced there by the learner's own version, so a later stage runs on earlier ones.
 """
 
@@ -119,7 +119,7 @@ def stand_in_for_stubs(functions: dict[str, Callable], namespaces: list[dict] = 
 
     A stub is what stands for a reference that is not here: the stage the sandbox grades and later
     ones (`autograder.trusted.reference`), or a stage a student edition has not revealed. A
-    reference that is here is left alone, so an official grade of stage 6 runs on the reference of
+    reference that is here is left alone, so an official grade of stage 7 runs on the reference of
     stage 3, never on the learner's. Returns the names replaced somewhere.
     """
     for module in STAGE_MODULES:  # `import course` loads them lazily: a stub not loaded yet is one too
@@ -196,7 +196,7 @@ def reference_implementations() -> Implementations:
 
 
 def earlier_stages(stage: str, notebooks: str | Path = ".") -> Implementations:
-    """The graded functions of the stages before `stage` (a REGISTRY key such as "6_train_step"):
+    """The graded functions of the stages before `stage` (a REGISTRY key such as "7_train_step"):
     each one's reference where it is available, else the learner's own from `notebooks`. A stage
     neither revealed nor written is left out and listed in `missing` (its table line names the
     notebook to finish): the stages that exist are still there to bind."""

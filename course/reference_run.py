@@ -1,9 +1,9 @@
-"""The reference's run of notebook 07, recorded: the curve to compare with where the reference
+"""The reference's run of notebook 08, recorded: the curve to compare with where the reference
 cannot run (a student edition).
 
     python -m course.reference_run        # instructors: writes course/checkpoints/reference_run.json
 
-Notebook 07 trains with the learner's stages, then with the reference on the same seed, and plots
+Notebook 08 trains with the learner's stages, then with the reference on the same seed, and plots
 the two. A student edition ships the reference of the revealed stages only, so there the second
 run cannot happen; this file holds it instead: the per-step records and the summary of
 `NOTEBOOK_RUN` (the notebook's TrainConfig, seed 0, 60 steps) trained on CPU by the reference,

@@ -23,9 +23,10 @@ class Stage:
     functions: dict[str, int]  # graded function -> points, in the notebook's order
     # support modules that hold part of this stage's reference (the autograder stubs them with it)
     helper_modules: tuple[str, ...] = ()
-    # helpers of `module` that a later stage is given whole (notebook 06 calls
-    # `calculate_loss_and_backward`): a student edition keeps them where the stage is not revealed,
-    # and they call the learner's own graded functions (`course.implementations.stand_in_for_stubs`)
+    # helpers of `module` that a later stage is given whole (notebook 07 calls
+    # `calculate_loss_and_backward`, notebook 05's `compute_grpo_loss` stage 4's loss core): a
+    # student edition keeps them where the stage is not revealed, and they call the learner's own
+    # graded functions (`course.implementations.stand_in_for_stubs`)
     given: tuple[str, ...] = ()
 
 
@@ -38,12 +39,14 @@ REGISTRY: tuple[Stage, ...] = (
           "03_advantages.ipynb", "course.advantages",
           {"compute_rollout_rewards": 3, "compute_group_normalized_rewards": 7}),
     Stage("4_losses", "Policy-gradient losses", "04_losses.ipynb", "course.losses",
-          {"compute_policy_gradient_loss": 10, "estimate_kl": 3, "compute_grpo_loss": 5,
-           "truncated_importance_weights": 3}),
-    Stage("5_aggregation", "Loss normalization", "05_aggregation.ipynb",
+          {"compute_policy_gradient_loss": 10}, given=("clipped_surrogate", "cispo_loss")),
+    Stage("5_off_policy", "KL, truncated importance sampling and the full GRPO loss",
+          "05_off_policy.ipynb", "course.off_policy",
+          {"estimate_kl": 3, "truncated_importance_weights": 3, "compute_grpo_loss": 5}),
+    Stage("6_aggregation", "Loss normalization", "06_aggregation.ipynb",
           "course.aggregation", {"aggregate_loss_across_microbatch": 6},
           given=("calculate_loss_and_backward",)),
-    Stage("6_train_step", "The GRPO train step", "06_train_step.ipynb", "course.train_step",
+    Stage("7_train_step", "The GRPO train step", "07_train_step.ipynb", "course.train_step",
           {"grpo_train_step": 12}),
 )
 

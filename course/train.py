@@ -64,7 +64,6 @@ from course.filters import (
 from course.gsm8k import GSM8KTask, load_gsm8k_jsonl, load_hub_gsm8k
 from course.implementations import Implementations
 from course.importance import as_sampler_log_probs, importance_weights
-from course.losses import estimate_kl
 from course.metrics import compare_logprobs
 from course.models import (
     add_lora,
@@ -72,6 +71,7 @@ from course.models import (
     load_model_and_tokenizer,
     load_pretrained,
 )
+from course.off_policy import estimate_kl
 from course.plotting import plot_training_curves
 from course.progress import progress_bar
 from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts

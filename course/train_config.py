@@ -236,7 +236,7 @@ def temperature_problem(train_step) -> str | None:
     if "temperature" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         return None
     return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
-            "temperature; the grpo_train_step of your notebooks takes no temperature (see 06_train_step)")
+            "temperature; the grpo_train_step of your notebooks takes no temperature (see 07_train_step)")
 
 
 def flag_types(config_class=TrainConfig) -> dict:

@@ -1,4 +1,4 @@
-"""Stage 6 — one GRPO optimizer step over one rollout batch.
+"""Stage 7 — one GRPO optimizer step over one rollout batch.
 
 rewards → group advantages → tokenize → K micro-batches → per-token loss → normalized
 backward → clip → step. The per-token loss is the policy-gradient loss of `losses` (times
@@ -29,17 +29,12 @@ import torch.distributed as dist
 from course.advantages import compute_group_normalized_rewards, compute_rollout_rewards
 from course.aggregation import LOSS_NORMALIZATIONS, calculate_loss_and_backward
 from course.distributed import is_distributed, rank_and_world_size
-from course.losses import (
-    KL_ESTIMATORS,
-    PG_COUNT_KEYS,
-    PG_METHODS,
-    compute_policy_gradient_loss,
-    estimate_kl,
-    truncated_importance_weights,
-)
+from course.losses import PG_COUNT_KEYS, compute_policy_gradient_loss
 from course.metrics import LossStatistics
+from course.off_policy import estimate_kl, truncated_importance_weights
 from course.scoring import get_response_log_probs
 from course.tokenization import tokenize_prompt_and_output
+from course.variants import KL_ESTIMATORS, PG_METHODS
 
 # The optional (B, T') log-prob inputs, aligned with the tokenized batch.
 ALIGNED_LOG_PROBS = ("old_log_probs", "ref_log_probs", "sampler_log_probs")

@@ -3,16 +3,16 @@ check a flag before torch loads (`course.cli`).
 
 Each name is defined by the module that implements it: the advantage baselines and normalizers by
 `course.advantages` (GRPO, Shao et al. 2024, arXiv 2402.03300; Dr. GRPO; MaxRL), the
-policy-gradient losses and KL estimators by `course.losses`, the loss normalizations by
-`course.aggregation` (GRPO's sequence mean, DAPO's token mean, Dr. GRPO's constant); the
-importance-sampling levels and modes by `course.importance`, the overlong handlings by
-`course.filters`, the weight precisions of a Hugging Face model by `course.models`.
+policy-gradient losses by `course.losses`, the KL estimators by `course.off_policy`, the loss
+normalizations by `course.aggregation` (GRPO's sequence mean, DAPO's token mean, Dr. GRPO's
+constant); the importance-sampling levels and modes by `course.importance`, the overlong handlings
+by `course.filters`, the weight precisions of a Hugging Face model by `course.models`.
 """
 
 BASELINES = ("mean", "none")
 NORMALIZERS = ("std", "mean", "none")
 PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
-KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `course.losses.estimate_kl`
+KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `course.off_policy.estimate_kl`
 # the numbers the release before named them by: `--kl-estimator 2` still means k3, for one release
 KL_ESTIMATOR_NUMBERS = dict(zip(("0", "1", "2", "3"), KL_ESTIMATORS))
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")

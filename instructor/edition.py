@@ -7,7 +7,7 @@ writes into DIR:
                                  as the course minus the instructors' tools (nbgrader, latex2mathml)
     notebooks/                   nbgrader's student version of solutions/ (`instructor.release`)
     course/                      the support code (models, tasks, rollout, train, plotting, ...), the
-                                 warm-start checkpoint, the reference run that notebook 07 compares
+                                 warm-start checkpoint, the reference run that notebook 08 compares
                                  with (`course.reference_run`, recorded); the modules of every stage
                                  not revealed (its module and `helper_modules` in `course.registry`)
                                  are stubs that raise `StageNotRevealed`, naming the notebook to
@@ -203,7 +203,7 @@ notebooks, and prints which.
 |---|---|---|---|
 {rows}
 
-Then `notebooks/07_end_to_end.ipynb` trains the whole pipeline with your own stages (nothing in
+Then `notebooks/08_end_to_end.ipynb` trains the whole pipeline with your own stages (nothing in
 it is graded) and compares your run with the reference's, recorded for this edition.
 `python -m course.train --out runs/mine` trains with the notebooks in `notebooks/` the same way.
 

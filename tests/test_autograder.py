@@ -312,7 +312,7 @@ def test_cli_grades_the_reference_with_full_marks_and_results_json(tmp_path):
     document = json.loads(results.read_text())
     assert document["score"] == sum(t["max_score"] for t in document["tests"]) > 50
     assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(document["tests"][0])
-    assert "TOTAL" in run.stdout and "6_train_step" in run.stdout
+    assert "TOTAL" in run.stdout and "7_train_step" in run.stdout
 
 
 def test_cli_selects_with_k_and_fails_a_cheating_submission(tmp_path):

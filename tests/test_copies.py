@@ -178,7 +178,7 @@ def test_copies_in_the_files_a_submission_imports_are_found(tmp_path, monkeypatc
 
 
 def test_a_notebook_that_provides_no_graded_function_is_not_read_for_the_grade(tmp_path):
-    """Notebook 08 checks what is installed with importlib (dynamic code by the rule): it, like any
+    """Notebook 09 checks what is installed with importlib (dynamic code by the rule): it, like any
     notebook that defines no graded function, is not loaded, so it costs the other notebooks
     nothing; the same import in a notebook that does define one zeroes the graded functions."""
     import nbformat

@@ -1,4 +1,4 @@
-"""The recorded failure runs of notebook 07's lab (`course.failure_runs`): what ships, the command's
+"""The recorded failure runs of notebook 08's lab (`course.failure_runs`): what ships, the command's
 argument errors, and a real (tiny) recording."""
 
 import json

@@ -1,5 +1,5 @@
 """course.implementations: the learner's own stages, read from notebooks, run a training loop;
-course.reference_run: the reference's run of notebook 07, recorded for student editions."""
+course.reference_run: the reference's run of notebook 08, recorded for student editions."""
 
 from __future__ import annotations
 
@@ -51,11 +51,11 @@ def test_the_blank_release_falls_back_to_the_reference_and_says_where_to_write()
     assert all(loaded[name] is getattr(course, name) for name in GRADED_FUNCTIONS)
     table = loaded.table()
     assert "not written in 03_advantages.ipynb" in table
-    assert "6_train_step" in table and "yours" not in table
+    assert "7_train_step" in table and "yours" not in table
 
 
 def test_a_later_stage_runs_on_the_learners_earlier_ones(tmp_path):
-    # notebook 06 imports the advantages from course, as the release's does; the learner's own
+    # notebook 07 imports the advantages from course, as the release's does; the learner's own
     # version from notebook 03 is what its train step calls
     write_notebook(tmp_path, "03.ipynb",
                    'def compute_group_normalized_rewards(*args, **kwargs):\n    return "mine"')
@@ -167,13 +167,13 @@ def test_an_unrevealed_earlier_stage_is_the_learners_own(tmp_path, monkeypatch):
     write_notebook(tmp_path, "03.ipynb",
                    'def compute_group_normalized_rewards(*args, **kwargs):\n    return "mine"')
     _unrevealed(monkeypatch, "compute_group_normalized_rewards")
-    uses = earlier_stages("6_train_step", tmp_path)  # stage 6 itself is not written: no matter
+    uses = earlier_stages("7_train_step", tmp_path)  # stage 7 itself is not written: no matter
     assert uses["compute_group_normalized_rewards"]() == "mine"
     assert uses.origins["compute_group_normalized_rewards"] == "yours (03.ipynb)"
     assert uses["compute_rollout_rewards"] is course.compute_rollout_rewards
     _unrevealed(monkeypatch, "compute_rollout_rewards")
     # neither written nor revealed: left out, and said so, while the stages that exist still bind
-    uses = earlier_stages("6_train_step", tmp_path)
+    uses = earlier_stages("7_train_step", tmp_path)
     assert uses.missing == ("compute_rollout_rewards",) and "compute_rollout_rewards" not in uses.functions
     assert uses["compute_group_normalized_rewards"]() == "mine"
     assert uses["tokenize_prompt_and_output"] is course.tokenize_prompt_and_output
@@ -214,7 +214,7 @@ def test_the_full_course_misses_no_reference_and_stage_not_written_reads_in_one_
 
 def test_course_train_finds_an_editions_notebooks_or_names_the_flag(tmp_path):
     missing = ("estimate_kl", "compute_rollout_rewards")
-    with pytest.raises(ValueError, match=r"stage 3_advantages, 4_losses .*give --notebooks DIR"):
+    with pytest.raises(ValueError, match=r"stage 3_advantages, 5_off_policy .*give --notebooks DIR"):
         edition_notebooks(missing, tmp_path)  # no edition here
     (tmp_path / "edition.json").write_text("{}")
     (tmp_path / "notebooks").mkdir()
@@ -225,9 +225,9 @@ def test_course_train_finds_an_editions_notebooks_or_names_the_flag(tmp_path):
 
 
 def _notebook_config() -> dict:
-    """The keyword arguments of notebook 07's TrainConfig(...), as literals (device aside)."""
-    notebook = nbformat.read(Path(ROOT) / "solutions" / "07_end_to_end.ipynb", 4)
-    source = next(c.source for c in notebook.cells if c.id == "07_train")
+    """The keyword arguments of notebook 08's TrainConfig(...), as literals (device aside)."""
+    notebook = nbformat.read(Path(ROOT) / "solutions" / "08_end_to_end.ipynb", 4)
+    source = next(c.source for c in notebook.cells if c.id == "08_train")
     call = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
                 and getattr(node.func, "id", None) == "TrainConfig")
     return {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "device"}

@@ -107,8 +107,8 @@ def graded_notebooks() -> list[str]:
 
 # --- static: the metadata nbgrader and the autograder rely on ------------------------------------
 
-def test_there_are_seven_stages_and_the_optional_real_model_notebook_released():
-    assert len(SOLUTION_NAMES) == 8 and SOLUTION_NAMES[-1] == "08_real_model.ipynb", SOLUTION_NAMES
+def test_there_are_eight_stages_and_the_optional_real_model_notebook_released():
+    assert len(SOLUTION_NAMES) == 9 and SOLUTION_NAMES[-1] == "09_real_model.ipynb", SOLUTION_NAMES
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
 
 
@@ -241,10 +241,10 @@ def invented(ctx) -> None:
     solutions = tmp_path / "solutions"
     shutil.copytree(SOLUTIONS, solutions)
     stale = stale_notebooks(solutions, checks)
-    assert "05_aggregation.ipynb" in stale and "01_tokenization.ipynb" not in stale, stale
+    assert "06_aggregation.ipynb" in stale and "01_tokenization.ipynb" not in stale, stale
     write_sections(solutions, checks)
     assert stale_notebooks(solutions, checks) == []
-    cell = next(c for c in nbformat.read(solutions / "05_aggregation.ipynb", 4).cells
+    cell = next(c for c in nbformat.read(solutions / "06_aggregation.ipynb", 4).cells
                 if TAG in c.metadata.get("tags", []))
     assert "*an invented mistake*. Fix: an invented fix." in cell.source
 
@@ -309,10 +309,10 @@ def test_release_notebook_runs_up_to_first_student_cell(name, kernel_environment
 
 
 def test_failure_lab_runs_offline_from_the_recordings(kernel_environment, tmp_path, monkeypatch):
-    """Notebook 07's lab cells alone, in a fresh kernel without network access to the hub: each
+    """Notebook 08's lab cells alone, in a fresh kernel without network access to the hub: each
     mystery run draws its six-panel figure and each reveal prints the run's name and numbers.
     (The whole notebook runs in the nbgrader test; the lab needs none of its training.)"""
-    notebook = nbformat.read(SOLUTIONS / "07_end_to_end.ipynb", as_version=4)
+    notebook = nbformat.read(SOLUTIONS / "08_end_to_end.ipynb", as_version=4)
     notebook.cells = [c for c in notebook.cells if "failure-lab" in c.metadata.get("tags", [])]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     seconds = execute(notebook, tmp_path)

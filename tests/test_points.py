@@ -8,7 +8,7 @@
   solutions of two fast notebooks, and one of them with a graded function made buggy), `autograde`,
   the real gradebook, compared notebook by notebook with `pytest autograder --results`;
 - the data-parallel check runs in a real Jupyter kernel (forked gloo ranks), passes for notebook
-  06's solution, fails for a mutant, and leaves nothing behind; without os.fork it is skipped.
+  07's solution, fails for a mutant, and leaves nothing behind; without os.fork it is skipped.
 
 The kernels and nbgrader run without PYTEST_CURRENT_TEST in their environment, so that ipykernel
 sends what is written to file descriptor 2 as a stderr stream, as it does for a student.
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 CASES = ROOT / "tests" / "autograder_cases"
 STAGE_OF_NOTEBOOK = {stage.notebook: stage.key for stage in REGISTRY}
-FAST = ("03_advantages.ipynb", "05_aggregation.ipynb")
+FAST = ("03_advantages.ipynb", "06_aggregation.ipynb")
 # notebook 03 with the population std (divides by G) instead of the unbiased one: a real bug that
 # loses the std-normalization points of compute_group_normalized_rewards and keeps the others
 UNBIASED = "grouped.std(dim=1, keepdim=True)"
@@ -168,10 +168,10 @@ def _cell_value(cell) -> float:
 @pytest.mark.distributed
 @pytest.mark.parametrize("bug", ["", "ddp_no_world_scale"])
 def test_data_parallel_check_runs_in_the_kernel(bug, kernel_environment, tmp_path, monkeypatch):  # noqa: F811
-    """Notebook 06 in a Jupyter kernel: its solution, or the same notebook whose train step is a
+    """Notebook 07 in a Jupyter kernel: its solution, or the same notebook whose train step is a
     mutant that forgets DDP's world-size scaling. The ranks are forked from the kernel; their
     store goes in a temporary folder, and nothing is left in the notebook's folder or there."""
-    name = "06_train_step.ipynb"
+    name = "07_train_step.ipynb"
     notebook = nbformat.read(SOLUTIONS / name, as_version=4)
     if bug:
         (solution,) = [c for c in notebook.cells if nbgrader_meta(c).get("solution")

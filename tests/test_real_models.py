@@ -171,7 +171,8 @@ def test_the_learners_own_stages_train_a_real_model(saved, tmp_path, capsys):
     summary = json.loads((tmp_path / "yours" / "summary.json").read_text())
     assert set(summary["implementations"].values()) == {f"yours ({n})" for n in (
         "01_tokenization.ipynb", "02_scoring.ipynb", "03_advantages.ipynb",
-        "04_losses.ipynb", "05_aggregation.ipynb", "06_train_step.ipynb")}
+        "04_losses.ipynb", "05_off_policy.ipynb", "06_aggregation.ipynb",
+        "07_train_step.ipynb")}
     loaded = load_pretrained(saved["qwen2"])[0].state_dict()
     yours, reference = _policy(tmp_path / "yours"), _policy(tmp_path / "reference")
     assert max(float((yours[k] - loaded[k]).abs().max()) for k in loaded) > 1e-4  # it trained

@@ -3,7 +3,7 @@
 An official grade (the full package) runs a student's train step on the reference of every earlier
 stage, so a bug in stage 3 costs points in stage 3 only. In a student edition, where stage 3's
 reference is a stub, the train step runs on the student's own stage 3 (the worker puts it where the
-stub stood: `course.implementations.stand_in_for_stubs`), so the practice grade of stage 6 reflects
+stub stood: `course.implementations.stand_in_for_stubs`), so the practice grade of stage 7 reflects
 the code the student would really train with.
 """
 
@@ -43,7 +43,7 @@ TRAIN_STEP_VALUE = "grpo_train_step: full-batch update matches the reference (se
 def _learner(folder: Path) -> Path:
     """The solution notebooks, with notebook 03's compute_rollout_rewards redefined wrongly."""
     folder.mkdir(parents=True, exist_ok=True)
-    for notebook in sorted((REPO_ROOT / "solutions").glob("0[1-6]_*.ipynb")):
+    for notebook in sorted((REPO_ROOT / "solutions").glob("0[1-7]_*.ipynb")):
         shutil.copyfile(notebook, folder / notebook.name)
     path = folder / "03_advantages.ipynb"
     document = json.loads(path.read_text(encoding="utf-8"))
@@ -65,7 +65,7 @@ def test_an_official_grade_runs_a_later_stage_on_the_reference_of_earlier_ones(t
                     seed=1, allow_reference=True, official=True)
     verdicts = _verdicts(results)
     assert verdicts["compute_rollout_rewards: rewards (float32) and the three metadata means match"] == "failed", verdicts
-    assert verdicts[TRAIN_STEP_VALUE] == "passed"  # stage 6 is not charged for stage 3's bug
+    assert verdicts[TRAIN_STEP_VALUE] == "passed"  # stage 7 is not charged for stage 3's bug
     train_step = [status for name, status in verdicts.items() if name.startswith("grpo_train_step")]
     assert train_step and set(train_step) == {"passed"}
 

@@ -2,7 +2,7 @@
 code of an unrevealed stage's reference, installs, and grades from stored cases alone (a practice
 grade), where blank notebooks score 0 and the reference scores full marks of what is gradable.
 Its notebooks and `python -m course.train` run on the learner's own stages where a stage is not
-revealed (real kernels, nbclient), and notebook 07 compares with the recorded reference run."""
+revealed (real kernels, nbclient), and notebook 08 compares with the recorded reference run."""
 
 from __future__ import annotations
 
@@ -168,9 +168,9 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
         original = (REPO_ROOT / f"{stage.module.replace('.', '/')}.py").read_text(encoding="utf-8")
         assert (text == original) == (stage.key in REVEALED), stage.key
     stubbed = subprocess.run(
-        [sys.executable, "-c", "from course.losses import estimate_kl; estimate_kl(None, None)"],
+        [sys.executable, "-c", "from course.off_policy import estimate_kl; estimate_kl(None, None)"],
         cwd=edition, env={**os.environ, "PYTHONPATH": str(edition)}, capture_output=True, text=True)
-    assert "StageNotRevealed" in stubbed.stderr and "04_losses.ipynb" in stubbed.stderr
+    assert "StageNotRevealed" in stubbed.stderr and "05_off_policy.ipynb" in stubbed.stderr
     assert "wait for the instructor to reveal it" in stubbed.stderr
 
 
@@ -314,7 +314,7 @@ def test_a_rebuild_never_overwrites_an_edited_notebook(edition, tmp_path, capsys
 @pytest.mark.parametrize("argv, flag", [
     (["--student-edition", "DIR", "--reveal", "9"], "--reveal"),
     (["--student-edition", "DIR", "--reveal", "x"], "--reveal"),
-    (["--student-edition", "DIR", "--reveal", "1,,7"], "--reveal"),
+    (["--student-edition", "DIR", "--reveal", "1,,8"], "--reveal"),
     (["--reveal", "1"], "--reveal"),
     (["--reveal=all"], "--reveal"),
     (["--student-edition", "FILE"], "--student-edition"),
@@ -403,32 +403,32 @@ def test_a_stored_only_grading_never_reaches_the_reference():
     assert run_reference("compute_entropy", logits).shape == (1,)  # the official grading computes it
 
 
-LEARNERS_WORK = ("03_advantages.ipynb", "04_losses.ipynb",
-                 "05_aggregation.ipynb", "06_train_step.ipynb", "07_end_to_end.ipynb")
+LEARNERS_WORK = ("03_advantages.ipynb", "04_losses.ipynb", "05_off_policy.ipynb",
+                 "06_aggregation.ipynb", "07_train_step.ipynb", "08_end_to_end.ipynb")
 
 
 @pytest.mark.slow
-def test_notebooks_06_and_07_run_on_the_learners_stages_where_not_revealed(edition, tmp_path,
+def test_notebooks_07_and_08_run_on_the_learners_stages_where_not_revealed(edition, tmp_path,
                                                                           monkeypatch):
-    """Stages 1-2 revealed, 01-02 blank, 03-07 the learner's finished work: notebook 06 binds the
-    reference of stages 1-2 and the learner's stages 3-5, says so, and runs to the end (its
-    self-check too); notebook 07 trains the learner's stages and, the reference of stages 3-6
+    """Stages 1-2 revealed, 01-02 blank, 03-08 the learner's finished work: notebook 07 binds the
+    reference of stages 1-2 and the learner's stages 3-6, says so, and runs to the end (its
+    self-check too); notebook 08 trains the learner's stages and, the reference of stages 3-7
     being absent, compares with the recorded reference run."""
     copy = _copy_edition(edition, tmp_path, *LEARNERS_WORK)
     assert (copy / "course" / "checkpoints" / "reference_run.json").read_bytes() == RECORDED.read_bytes()
-    step = _execute(copy, "06_train_step.ipynb", tmp_path, monkeypatch)
+    step = _execute(copy, "07_train_step.ipynb", tmp_path, monkeypatch)
     assert _errors(step) == []
-    table = {line.split()[1]: line for line in _printed(step, "06_earlier").splitlines()}
-    for stage in REGISTRY[:5]:
+    table = {line.split()[1]: line for line in _printed(step, "07_earlier").splitlines()}
+    for stage in REGISTRY[:6]:
         for name in stage.functions:
             whose = "reference (course." if stage.key in REVEALED else f"yours ({stage.notebook})"
             assert whose in table[name], table
-    assert re.search(r"grpo_train_step: (\d+)/\1 points", _printed(step, "06_train_step_check"))
+    assert re.search(r"grpo_train_step: (\d+)/\1 points", _printed(step, "07_train_step_check"))
 
-    end_to_end = _execute(copy, "07_end_to_end.ipynb", tmp_path, monkeypatch)
+    end_to_end = _execute(copy, "08_end_to_end.ipynb", tmp_path, monkeypatch)
     assert _errors(end_to_end) == []
-    printed = _printed(end_to_end, "07_train")
-    assert "yours (06_train_step.ipynb)" in printed and "reference (course.get_response_log_probs" in printed
+    printed = _printed(end_to_end, "08_train")
+    assert "yours (07_train_step.ipynb)" in printed and "reference (course.get_response_log_probs" in printed
     assert "reference (recorded): held-out accuracy, greedy" in printed
     assert "reference: held-out" not in printed  # no live "reference" run on the learner's stand-ins
 
@@ -457,12 +457,12 @@ def test_course_train_in_an_edition_trains_with_its_notebooks(edition, tmp_path)
     assert refused.returncode == 2 and "give --notebooks DIR" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "run").exists()
     shutil.move(tmp_path / "aside", copy / "notebooks")
-    for name in LEARNERS_WORK[:4]:
+    for name in LEARNERS_WORK[:5]:
         shutil.copyfile(REPO_ROOT / "solutions" / name, copy / "notebooks" / name)
     trained = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "has not revealed stage 3_advantages, 4_losses, 5_aggregation, 6_train_step" in trained.stdout
+    assert "has not revealed stage 3_advantages, 4_losses, 5_off_policy, 6_aggregation, 7_train_step" in trained.stdout
     origins = json.loads((tmp_path / "run" / "summary.json").read_text())["implementations"]
-    assert origins["grpo_train_step"] == "yours (06_train_step.ipynb)"
-    assert origins["estimate_kl"] == "yours (04_losses.ipynb)"
+    assert origins["grpo_train_step"] == "yours (07_train_step.ipynb)"
+    assert origins["estimate_kl"] == "yours (05_off_policy.ipynb)"
     assert origins["tokenize_prompt_and_output"].startswith("reference (course.")

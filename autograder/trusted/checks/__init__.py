@@ -6,6 +6,7 @@ from autograder.trusted.checks import (  # noqa: F401  (imported for their regis
     advantages,
     aggregation,
     losses,
+    off_policy,
     scoring,
     tokenization,
     train_step,

@@ -1,4 +1,4 @@
-"""Checks for stage 5: `aggregate_loss_across_microbatch` (its contract: the
+"""Checks for stage 6: `aggregate_loss_across_microbatch` (its contract: the
 docstring of `course.aggregation`)."""
 
 from __future__ import annotations

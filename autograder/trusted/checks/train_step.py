@@ -1,4 +1,4 @@
-"""Checks for stage 6: `grpo_train_step` (its contract: the docstring of `course.train_step`).
+"""Checks for stage 7: `grpo_train_step` (its contract: the docstring of `course.train_step`).
 
 Every update is measured exactly: a float64 tiny OLMo2, plain SGD with lr = 1, so the parameter
 change is minus the (clipped) gradient. Wrong normalizations are diagnosed from per-row gradients:
