@@ -47,7 +47,8 @@ def main() -> None:
     print(f"{'selection':<34}{'median s':>10}{'min s':>8}{'score':>12}")
     for selection in (None, "tokenize", "compute_entropy or get_response_log_probs",
                       "compute_rollout_rewards or compute_group_normalized_rewards",
-                      "compute_policy_gradient_loss or compute_grpo_loss or estimate_kl or truncated",
+                      "compute_policy_gradient_loss",
+                      "estimate_kl or truncated_importance_weights or compute_grpo_loss",
                       "aggregate_loss", "grpo_train_step"):
         times, score, maximum = [], 0.0, 0.0
         for _ in range(args.repeats):
