@@ -66,6 +66,7 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
                              allow_reference, stored_only, isolation)
     session = GradingSession(submission, options, sandbox, started)
     grader = session.grader
+    grader.expect(functions)
     try:
         results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]
     finally:

@@ -140,6 +140,9 @@ def grading(request) -> Session:
     config = request.config
     if _session_key not in config.stash:
         config.stash[_session_key] = Session(config)
+        selected = [item.callspec.params["check"] for item in request.session.items
+                    if hasattr(item, "callspec") and "check" in item.callspec.params]
+        config.stash[_session_key].grader.expect({check.function for check in selected})
     return config.stash[_session_key]
 
 

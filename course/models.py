@@ -87,7 +87,7 @@ def build_tiny_model(
     The defaults make a ~0.1M-parameter model that scores a (8, 64) batch in milliseconds on a CPU.
     """
     # imported here, not at the top: transformers' modeling code takes ~2 s to import, which the
-    # autograder's sandbox pays only for the checks that build a model (`autograder.protocol.markers`)
+    # autograder's sandbox pays only for a grading that builds a model (`autograder.protocol.markers`)
     from transformers import Olmo2Config, Olmo2ForCausalLM
 
     config = Olmo2Config(

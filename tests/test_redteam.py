@@ -322,13 +322,13 @@ def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypat
 
     real = grader.Grader._stage_client
 
-    def all_alive(self, stage, models):
-        if stage in self.stages and (self.stages[stage].models or not models):
+    def all_alive(self, stage):
+        if stage in self.stages:
             return self.stages[stage]
-        others = {key: client for key, client in self.stages.items() if key != stage}
+        others = dict(self.stages)
         self.stages.clear()  # nothing for it to end
         try:
-            return real(self, stage, models)
+            return real(self, stage)
         finally:
             self.stages.update(others)
 

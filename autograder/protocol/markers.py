@@ -53,14 +53,14 @@ def build_tokenizer():
     return _tokenizer
 
 
-# The graded functions whose checks send a model marker: their stage's child is forked by a
-# template that has imported transformers' modeling code (~2 s, once per grading). Any other
-# child that builds a model imports it itself (`course.models.build_tiny_model`): slower, as right.
+# The graded functions whose checks send a model marker. A grading that checks none of them starts
+# its template without transformers' modeling code (~2 s of imports); a child that builds a model
+# all the same imports it itself (`course.models.build_tiny_model`): slower, and as right.
 MODEL_FUNCTIONS = ("get_response_log_probs", "grpo_train_step")
 
 
 def import_model_code() -> None:
-    """Import what `build_model` needs (in the template, before it forks a child that will)."""
+    """Import what `build_model` needs (in the template, before any child is forked)."""
     from transformers import Olmo2Config, Olmo2ForCausalLM  # noqa: F401
 
 

@@ -296,16 +296,21 @@ class Grader:
                                      f"{type(exc).__name__}: {exc}")
             return
 
-    def _stage_client(self, stage: str, models: bool) -> StageClient:
+    def expect(self, functions) -> None:
+        """The graded functions this grading will check (None: all). Only if one of them builds a
+        model does the template import transformers' modeling code as it starts (about 2 s, which
+        a started-ahead template pays before it is needed); otherwise a child that does build one
+        imports it itself."""
+        if not self.in_process and functions is not None:
+            self.runner.models = any(f in MODEL_FUNCTIONS for f in functions)
+
+    def _stage_client(self, stage: str) -> StageClient:
         """The stage's child, started (with one retry for a timeout or a stopped sandbox). At
         most one stage's child is alive: another stage's is ended first (it and every process of
         its user, and what it wrote is wiped), so no two stages can exchange anything; a stage
-        met again gets a fresh child. `models`: the check builds a model, so the template imports
-        transformers' modeling code before it forks (once: later children inherit it); a child
-        forked without it is replaced by one with it (cheaper than its own import)."""
-        client = self.stages.get(stage)
-        if client is not None and (client.models or not models):
-            return client
+        met again gets a fresh child."""
+        if stage in self.stages:
+            return self.stages[stage]
         for other in list(self.stages):
             self.stages.pop(other).close()
         config = {"submission": self.submission.to_request(), "device": self.device,
@@ -316,8 +321,7 @@ class Grader:
         # ranks forked and connected before the submission loads (`autograder.untrusted.ranks`)
         ranks = max((c.needs_processes for c in core.CHECKS if c.stage == stage), default=0) \
             if self.isolation_tier == "landlock-seccomp" else 0
-        client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks,
-                             models)
+        client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks)
         for attempt in (1, 2):
             remaining = self._remaining()
             if remaining <= 0:
@@ -366,8 +370,7 @@ class Grader:
         stage = STAGE_OF[function]
         if stage in self.stage_failures:
             raise Fail(self.stage_failures[stage])
-        runner = self.runner if self.in_process else \
-            self._stage_client(stage, function in MODEL_FUNCTIONS)
+        runner = self.runner if self.in_process else self._stage_client(stage)
         allowed = timeout or self.probe_timeout
         try:
             response = runner.request(message, min(allowed, remaining))

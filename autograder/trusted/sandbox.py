@@ -91,6 +91,9 @@ class Sandbox:
         self.uid_base = 200_000 + 100 * (int.from_bytes(os.urandom(3), "little") % 80_000)
         self.forks = 0
         self.cgroup, self.memory_bound = None, "by the machine (no cgroup made yet)"
+        # the template imports transformers' modeling code as it starts (`Grader.expect`: not
+        # when the grading checks no function that builds a model)
+        self.models = True
 
     def start(self, timeout: float) -> None:
         """Start the template and wait until it has imported torch (raises WorkerError)."""
@@ -120,7 +123,8 @@ class Sandbox:
         self.control = ours
         from autograder.trusted.reference import template_sources
 
-        setup = {"course": template_sources(), "limits": self._child_limits()}
+        setup = {"course": template_sources(), "limits": self._child_limits(),
+                 "models": self.models}
         if self.tier == "bubblewrap":  # what a child could write, wiped before the next one
             setup["wipe"] = ["/tmp", "/dev/shm", isolation.HOME]
         elif self.tier == "landlock-seccomp":
@@ -169,15 +173,13 @@ class Sandbox:
                                        + (f": {tail[-600:]}" if tail else ""))
         return json.loads(message)
 
-    def fork(self, stage: str, fds: list, ranks: int = 0, models: bool = False) -> tuple[int, int]:
+    def fork(self, stage: str, fds: list, ranks: int = 0) -> tuple[int, int]:
         """A new child for `stage` with these descriptors (and `ranks` data-parallel ranks forked
-        before its submission loads: tier 2; `models`: the template imports transformers'
-        modeling code first); returns (pid, uid) inside the sandbox."""
+        before its submission loads: tier 2); returns (pid, uid) inside the sandbox."""
         self.forks += 1
         uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
         socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage, "uid": uid,
-                                                   "ranks": ranks, "models": models}).encode()],
-                        fds)
+                                                   "ranks": ranks}).encode()], fds)
         return self._reply(60, "starting a worker")["pid"], uid
 
     def reap(self, pid: int, uid: int, grace: float) -> dict:
@@ -265,9 +267,9 @@ class StageClient:
     references stubbed): a fresh child after a crash, requests out, answers in."""
 
     def __init__(self, sandbox: Sandbox, stage: str, config: dict, load_timeout: float = 90.0,
-                 memory_mb: int | None = None, ranks: int = 0, models: bool = False):
+                 memory_mb: int | None = None, ranks: int = 0):
         self.sandbox, self.stage, self.config = sandbox, stage, config
-        self.ranks, self.models = ranks, models
+        self.ranks = ranks
         self.load_timeout = load_timeout
         self.memory_mb = memory_mb
         self.process: StageProcess | None = None
@@ -287,7 +289,7 @@ class StageClient:
                               0o600)
         try:
             pid, uid = self.sandbox.fork(self.stage, [request_read, answer_write, self.log_fd],
-                                         self.ranks, self.models)
+                                         self.ranks)
         finally:
             os.close(request_read)
             os.close(answer_write)

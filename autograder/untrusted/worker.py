@@ -424,10 +424,8 @@ def _private_folder(setup: dict, uid: int) -> str | None:
 def template(control_fd: int, root: str) -> None:
     sys.path.insert(0, root)
     setup = _receive()  # the template's configuration, on its stdin
-    # transformers is loaded once here, shared by every child (its modeling code only when a
-    # child needs it: `markers.import_model_code`)
     import torch
-    import transformers  # noqa: F401
+    import transformers  # noqa: F401  (loaded once here, shared by every child)
 
     from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
     from autograder.untrusted import confine, probes  # noqa: F401
@@ -437,6 +435,8 @@ def template(control_fd: int, root: str) -> None:
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a child are ours to reap
     install_course(setup["course"])  # course.models only: no graded function lives there
     markers.build_tokenizer()
+    if setup.get("models"):  # unless no check of this grading builds a model (`Grader.expect`)
+        markers.import_model_code()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     control = socket.socket(fileno=control_fd)
     control.send(json.dumps({"ready": True}).encode())
@@ -447,8 +447,6 @@ def template(control_fd: int, root: str) -> None:
             return
         order = json.loads(message)
         if order["op"] == "fork":
-            if order.get("models"):
-                markers.import_model_code()
             order["folder"] = _private_folder(setup, order["uid"])
             pid = os.fork()
             if pid == 0:
