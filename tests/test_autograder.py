@@ -255,6 +255,17 @@ def test_mutant_loses_points_with_its_diagnosis(bug, mutant_grades):
     assert diagnosis in outputs, f"{bug}: diagnosis {diagnosis!r} not in {outputs!r}"
 
 
+def test_a_wrong_denominator_is_not_called_a_leak(mutant_grades):
+    """The per-micro-batch token count also fails the leak check (its losses are wrong with or
+    without inf/nan), which must say that nothing leaks and send the student to the check that
+    names the bug, not to a leak that is not there."""
+    results = mutant_grades["local_token_count"]["results"]
+    leak = [r for name, r in results.items() if "masked positions never leak" in name]
+    assert len(leak) == 1 and leak[0]["status"] == "failed", leak
+    assert "nothing leaks, fix that one first" in leak[0]["output"], leak[0]["output"]
+    assert "multiplying by the mask" not in leak[0]["output"]
+
+
 @pytest.mark.parametrize("name", sorted(ALTERNATIVES))
 def test_independent_correct_implementations_get_full_marks(name):
     graded = grade(str(CASES / name), ALTERNATIVES[name])
