@@ -119,10 +119,10 @@ def _sources(submission: Submission) -> list[str]:
     `__init__` and the files of its folder that its imports load (the sandbox shows that folder)."""
     if submission.kind == "units":
         return ["\n".join(source for _, source in unit["statements"]) for unit in submission.units]
-    if submission.kind == "py":
-        return _imported_texts([Path(submission.target).name], submission.files.get,
-                               lambda text, here: [p.name for p in _imported_files(text, Path(), here)
-                                                   if p.parent == Path()])
+    if submission.kind == "py":  # its helpers lie flat beside it, named by file
+        def helpers(text: str, here: Path) -> list[str]:
+            return [p.name for p in _imported_files(text, here, here) if p.parent == here]
+        return _imported_texts([Path(submission.target).name], submission.files.get, helpers)
     if submission.kind == "module" and submission.is_reference:
         return []
     folders = _visible_paths(submission)
