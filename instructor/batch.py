@@ -217,7 +217,7 @@ def _warm(memory_mb: int) -> None:
     torch.set_num_threads(1)
     _starter = ThreadPoolExecutor(1)
     _spare = _starter.submit(_start_sandbox, memory_mb)
-    _import_trusted()
+    _import_trusted(models=True)  # a class is graded on every function
 
 
 def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> dict:

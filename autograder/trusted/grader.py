@@ -149,9 +149,11 @@ def _imported_texts(todo: list, read, imports) -> list[str]:
     return texts
 
 
-def _import_trusted() -> None:
-    """Import all the trusted side uses (checks, references, the model's modules) before any
-    student code runs: nothing of the grader's is read from disk after that."""
+def _import_trusted(models: bool) -> None:
+    """Import all the trusted side uses (checks, references and, with `models`, the model's
+    modules) before any student code runs: nothing of the grader's is read from disk after that.
+    Without `models` (no model function is checked), transformers' modeling code is never needed
+    here and its ~2 s of imports are skipped."""
     from autograder.protocol.markers import build_model
     from autograder.trusted import checks, report, results  # noqa: F401
     from autograder.trusted.reference import reference
@@ -159,7 +161,8 @@ def _import_trusted() -> None:
 
     for name in GRADED_FUNCTIONS:
         reference(name)
-    build_model(0, "float64")
+    if models:
+        build_model(0, "float64")
 
 
 class IsolationUnavailable(RuntimeError):
@@ -204,6 +207,7 @@ class Grader:
         self.out_of_time = False  # the time limit stopped the grading before its last check
         self.grader_errors: list[str] = []  # checks the grader itself could not judge
         self.in_process = runner is not None
+        self.expected = False  # whether `expect` has said which functions will be checked
         self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
         self.stage_failures: dict[str, str] = {}
         self.copied: dict[str, str] = {}  # graded function -> why it is not graded
@@ -212,7 +216,7 @@ class Grader:
         if self.in_process:
             self.runner = runner
         else:
-            _import_trusted()
+            _import_trusted(models=False)  # the model's modules wait for `expect`
             self.isolation_tier, self.practice = isolation_tier(ROOT, options.isolation)
             if options.official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
@@ -271,6 +275,8 @@ class Grader:
         if self.started:
             return
         self.started = True
+        if not self.expected:
+            self.expect(None)  # not told: every function, and the model's modules imported now
         if self.in_process:
             self.load_errors.extend(self.runner.start().get("errors", []))
             return
@@ -297,12 +303,17 @@ class Grader:
             return
 
     def expect(self, functions) -> None:
-        """The graded functions this grading will check (None: all). Only if one of them builds a
-        model does the template import transformers' modeling code as it starts (about 2 s, which
-        a started-ahead template pays before it is needed); otherwise a child that does build one
-        imports it itself."""
-        if not self.in_process and functions is not None:
-            self.runner.models = any(f in MODEL_FUNCTIONS for f in functions)
+        """The graded functions this grading will check (None: all); called before any student
+        code runs. Only if one of them builds a model do this process and the template import
+        transformers' modeling code (about 2 s each, which a started-ahead template pays before it
+        is needed); otherwise a child that does build one imports it itself."""
+        self.expected = True
+        if self.in_process:
+            return
+        models = functions is None or any(f in MODEL_FUNCTIONS for f in functions)
+        self.runner.models = models
+        if models:
+            _import_trusted(models=True)
 
     def _stage_client(self, stage: str) -> StageClient:
         """The stage's child, started (with one retry for a timeout or a stopped sandbox). At
