@@ -1,7 +1,5 @@
 """Shared fixtures: the character tokenizer and a tiny float64 OLMo2 built fresh for each test."""
 
-import os
-
 import pytest
 import torch
 
@@ -9,16 +7,6 @@ from course.models import build_tiny_model_and_tokenizer, build_tokenizer
 
 # Small enough that a forward + backward over a (12, 12) batch takes milliseconds.
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
-
-
-def pytest_configure(config):
-    """On pytest-xdist's workers (one per core), torch and the subprocesses the tests start
-    (kernels, nbgrader, the CLIs) run one thread each: two workers with two OpenMP threads each
-    on two cores would make each wait, spinning, for a core the other holds. Measured: the
-    seeded-training test beside one busy loop, 42 s with torch's default threads, 37 s with one."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture
