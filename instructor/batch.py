@@ -210,14 +210,15 @@ def _warm(memory_mb: int) -> None:
     global _starter, _spare
     import torch
 
-    from autograder.trusted.grader import _import_trusted
+    from autograder.trusted.grader import _import_model_code, _import_trusted
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _stop)  # the parent stops us: clean up the sandboxes first
     torch.set_num_threads(1)
     _starter = ThreadPoolExecutor(1)
     _spare = _starter.submit(_start_sandbox, memory_mb)
-    _import_trusted(models=True)  # a class is graded on every function
+    _import_trusted()
+    _import_model_code()  # a class is graded on every function
 
 
 def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> dict:

@@ -292,6 +292,34 @@ print(result["score"], result["max_score"], late)
     assert float(score) == float(maximum) > 50 and late == "[]", done.stdout[-2000:]
 
 
+def test_a_grading_without_model_functions_never_imports_the_models_code():
+    """compute_entropy builds no model: the trusted process grades it in full without
+    transformers' modeling code (about 2 s of imports), and a grading of every function has it
+    imported before the first worker starts."""
+    script = """
+import sys
+from autograder.trusted import grader
+from autograder.api import grade
+
+MODELING = "transformers.models.olmo2.modeling_olmo2"
+start, seen = grader.Grader._ensure_started, []
+
+def ensure_started(self):
+    start(self)
+    seen.append(MODELING in sys.modules)
+
+grader.Grader._ensure_started = ensure_started
+lean = grade("course", ("compute_entropy",))
+print(lean["score"], lean["max_score"], MODELING in sys.modules, seen)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    score, maximum, imported, seen = done.stdout.strip().splitlines()[-1].split(" ", 3)
+    assert float(score) == float(maximum) > 0, done.stdout[-2000:]
+    assert imported == "False" and "False" in seen and "True" not in seen, done.stdout[-2000:]
+
+
 @needs_sandbox
 def test_one_timer_bounds_the_whole_grading():
     """A hang with a 30 s probe timeout but a 12 s budget for everything (from the call, the

@@ -149,20 +149,24 @@ def _imported_texts(todo: list, read, imports) -> list[str]:
     return texts
 
 
-def _import_trusted(models: bool) -> None:
-    """Import all the trusted side uses (checks, references and, with `models`, the model's
-    modules) before any student code runs: nothing of the grader's is read from disk after that.
-    Without `models` (no model function is checked), transformers' modeling code is never needed
-    here and its ~2 s of imports are skipped."""
-    from autograder.protocol.markers import build_model
+def _import_trusted() -> None:
+    """Import all the trusted side uses (checks, references; the model's modules: see
+    `_import_model_code`) before any student code runs: nothing of the grader's is read from disk
+    after that."""
     from autograder.trusted import checks, report, results  # noqa: F401
     from autograder.trusted.reference import reference
     from course.registry import GRADED_FUNCTIONS
 
     for name in GRADED_FUNCTIONS:
         reference(name)
-    if models:
-        build_model(0, "float64")
+
+
+def _import_model_code() -> None:
+    """Build the tiny model once, which imports transformers' modeling code (~2 s): only for a
+    grading that checks a function of `MODEL_FUNCTIONS`, before its student code runs."""
+    from autograder.protocol.markers import build_model
+
+    build_model(0, "float64")
 
 
 class IsolationUnavailable(RuntimeError):
@@ -216,7 +220,7 @@ class Grader:
         if self.in_process:
             self.runner = runner
         else:
-            _import_trusted(models=False)  # the model's modules wait for `expect`
+            _import_trusted()  # the model's modules wait for `expect`
             self.isolation_tier, self.practice = isolation_tier(ROOT, options.isolation)
             if options.official and self.practice:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
@@ -313,7 +317,7 @@ class Grader:
         models = functions is None or any(f in MODEL_FUNCTIONS for f in functions)
         self.runner.models = models
         if models:
-            _import_trusted(models=True)
+            _import_model_code()
 
     def _stage_client(self, stage: str) -> StageClient:
         """The stage's child, started (with one retry for a timeout or a stopped sandbox). At
