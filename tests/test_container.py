@@ -2,12 +2,10 @@
 rehearse`): Docker's default security (no user namespaces, so bubblewrap cannot start), no network,
 768 MB of memory and half a CPU for every process of the grading together.
 
-The base image is a Debian root filesystem made with debootstrap from the archive apt uses here
-(no container registry is needed) and imported into Docker; a base image of that name that exists
-is reused. A `dockerd` that is not running is started for the run and stopped after it. Both
-bundles (the students' and the check bundle of `--allow-reference`) are built on it; they share
-the layer that installs the Python environment, so the second costs seconds. Each case is a fresh
-container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
+The images (a debootstrapped Debian, and on it both bundles: the students' and the check bundle of
+`--allow-reference`) are tests/container_images.py's, made once per machine; on a fresh one the
+session starts making them in the background. A `dockerd` that is not running is started for the
+run and stopped after it. Each case is a fresh container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
 Each step's time is printed (`-s` shows it).
 """
 
@@ -19,29 +17,19 @@ import subprocess
 import time
 from pathlib import Path
 
+import container_images
 import pytest
 
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from course.registry import POINTS
-from instructor.gradescope import build
-from instructor.rehearsal import build_image, run_submission, table
+from instructor.rehearsal import run_submission, table
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE_IMAGE = "grpo-base:bookworm"
-BASE_PACKAGES = "python3,python3-venv,python3-pip,libseccomp2,bubblewrap,ca-certificates"
 LIMITS = {"memory": "768m", "cpus": "0.5"}  # Gradescope's defaults
 TOTAL = float(sum(POINTS.values()))
 TIERS = ("bubblewrap", "landlock-seccomp")
-
-
-def _timed(step: str, started: float) -> None:
-    print(f"[container] {step}: {time.monotonic() - started:.1f} s")
-
-
-def _docker_up() -> bool:
-    return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +37,7 @@ def docker(tmp_path_factory):
     """A running dockerd: the one that runs, or one started for this module and stopped after it."""
     if shutil.which("docker") is None:
         pytest.skip("docker is not installed (Debian: apt-get install docker.io; .ci/run does)")
-    if _docker_up():
+    if container_images.docker_up():
         yield
         return
     if shutil.which("dockerd") is None or os.geteuid() != 0:
@@ -58,7 +46,7 @@ def docker(tmp_path_factory):
     daemon = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(120):
-            if _docker_up():
+            if container_images.docker_up():
                 break
             time.sleep(0.5)
         else:
@@ -70,53 +58,14 @@ def docker(tmp_path_factory):
         log.close()
 
 
-def debian_mirror() -> str:
-    """The Debian archive apt on this machine uses (deb822 .sources or a sources.list line)."""
-    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
-        for line in path.read_text().splitlines():
-            if line.startswith("URIs:") and "security" not in line:
-                return line.split()[1]
-    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*.list")]:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                parts = line.split()
-                if parts[:1] == ["deb"] and "security" not in line:
-                    return next(p for p in parts[1:] if "://" in p)
-    return "http://deb.debian.org/debian"
-
-
 @pytest.fixture(scope="module")
-def base_image(docker, tmp_path_factory) -> str:
-    """Debian bookworm from debootstrap, imported as BASE_IMAGE (reused where it exists)."""
-    if subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode == 0:
-        return BASE_IMAGE
-    if shutil.which("debootstrap") is None or os.geteuid() != 0:
+def images(docker, tmp_path_factory) -> dict[str, str]:
+    """{"student": image of the students' bundle, "check": of the --allow-reference bundle}: made
+    by the session's background maker (tests/container_images.py), or here where none ran."""
+    if not (container_images.image_exists(container_images.BASE_IMAGE)
+            or container_images.can_make_base()):
         pytest.skip("no base image and no root debootstrap to make one (.ci/run installs it)")
-    started = time.monotonic()
-    rootfs = tmp_path_factory.mktemp("rootfs")
-    subprocess.run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm",
-                    str(rootfs), debian_mirror()], check=True, capture_output=True, timeout=1800)
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    subprocess.run(["docker", "import", "-", BASE_IMAGE], stdin=tar.stdout, check=True,
-                   capture_output=True, timeout=600)
-    tar.wait()
-    shutil.rmtree(rootfs, ignore_errors=True)
-    _timed("debootstrap and docker import of the base image", started)
-    return BASE_IMAGE
-
-
-@pytest.fixture(scope="module")
-def images(base_image, tmp_path_factory) -> dict[str, str]:
-    """{"student": image of the students' bundle, "check": of the --allow-reference bundle}."""
-    folder = tmp_path_factory.mktemp("bundles")
-    made = {}
-    for kind in ("student", "check"):
-        started = time.monotonic()
-        bundle = folder / f"{kind}.zip"
-        build(bundle, allow_reference=kind == "check")
-        made[kind] = build_image(bundle, base_image)
-        _timed(f"docker build of the {kind} bundle", started)
-    return made
+    return container_images.make_images(tmp_path_factory.mktemp("bundles"))
 
 
 def _grade(image: str, submission: Path) -> dict:
@@ -124,7 +73,7 @@ def _grade(image: str, submission: Path) -> dict:
     outcome = run_submission(image, submission, **LIMITS)
     lines = table(outcome)
     print("\n".join(lines))
-    _timed(f"grading {submission.name}", started)
+    container_images.timed(f"grading {submission.name}", started)
     outcome["table"] = "\n".join(lines)
     return outcome
 

@@ -273,12 +273,13 @@ def test_training_curves_are_legible(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SOLUTION_NAMES)
-def test_solution_notebook_executes(name, request, kernel_environment, tmp_path):
+def test_solution_notebook_executes(name, request, kernel_environment, tmp_path, monkeypatch):
     """Every cell runs without error, self-check cells included.
 
     The graded notebooks are executed once, by `nbgrader autograde` of the solutions (nbgrader's
     Execute preprocessor is nbclient's NotebookClient, in a real kernel); here we read its output.
-    The others run through nbclient directly.
+    The others run through nbclient directly, and leave nothing in the temporary folder once their
+    kernel has ended (a learner's /tmp is not a place to leave a trained model in).
     """
     if name in graded_notebooks():
         course_dir, _ = request.getfixturevalue("autograded_course")
@@ -289,12 +290,22 @@ def test_solution_notebook_executes(name, request, kernel_environment, tmp_path)
     else:
         notebook = nbformat.read(SOLUTIONS / name, as_version=4)
         shutil.copytree(SOLUTIONS, tmp_path / "solutions")  # run beside its siblings, write nothing into the repo
+        (tmp_path / "tmp").mkdir()
+        monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the kernel's temporary folder
         seconds = execute(notebook, tmp_path / "solutions")
+        left = [p.name for p in (tmp_path / "tmp").iterdir()
+                if not p.name.startswith("torchinductor_")]  # torch's own cache, kept by design
+        assert left == [], f"{name} left these in the temporary folder"
     print(f"\n{name}: cells executed in {seconds:.1f} s")
     assert error_outputs(notebook) == []
     for cell in notebook.cells:
         if nbgrader_meta(cell).get("grade"):  # self-check cells print their table
             assert any(out.get("output_type") == "stream" for out in cell.outputs), cell.id
+    if name == "08_end_to_end.ipynb":  # its configuration is the recorded run's: no second run
+        trained = next(c for c in notebook.cells if c.get("id") == "08_train")
+        printed = "".join(out.get("text", "") for out in trained.outputs)
+        assert "reference (recorded): held-out accuracy, greedy" in printed, printed[-2000:]
+        assert "reference: 60 steps" not in printed
 
 
 @pytest.mark.parametrize("name", SOLUTION_NAMES)
