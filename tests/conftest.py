@@ -1,9 +1,5 @@
-"""Shared fixtures: the character tokenizer and a tiny float64 OLMo2 built fresh for each test;
-and, in a session that runs tests/test_container.py, its Docker images made in the background."""
+"""Shared fixtures: the character tokenizer and a tiny float64 OLMo2 built fresh for each test."""
 
-from pathlib import Path
-
-import container_images
 import pytest
 import torch
 
@@ -52,29 +48,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
             item.add_marker(pytest.mark.slow)
-
-
-CONTAINER_TESTS = Path(__file__).with_name("test_container.py")
-_MAKER = pytest.StashKey[object]()
-
-
-def _runs_the_container_tests(config) -> bool:
-    """The session would grade in Docker: test_container.py among its paths, no -m or -k."""
-    if config.option.markexpr or config.option.keyword or config.option.collectonly:
-        return False
-    paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
-    return any(path == CONTAINER_TESTS or path in CONTAINER_TESTS.parents for path in paths)
-
-
-def pytest_configure(config):
-    """The controller (not an xdist worker) starts making the container tests' images, minutes
-    of waiting on the network and the disk, beside the tests that use the CPU."""
-    if hasattr(config, "workerinput") or not _runs_the_container_tests(config):
-        return
-    config.stash[_MAKER] = container_images.start_in_background()
-
-
-def pytest_unconfigure(config):
-    maker = config.stash.get(_MAKER, None)
-    if maker is not None:
-        container_images.stop(maker)

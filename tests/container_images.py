@@ -2,32 +2,27 @@
 
 The base image is Debian bookworm from debootstrap, imported into Docker (no container registry
 is needed); on it, one image per Gradescope bundle (the students' and the check bundle of
-`--allow-reference`), tagged by the bundle's digest. Making them on a fresh machine takes minutes
-that are mostly waiting on the Debian archive and the disk, so the test session starts this
-module in the background (`python tests/container_images.py`, from tests/conftest.py) while the
-other tests use the CPU. Every maker holds one lock file, so the container tests' fixture waits
-for a build under way and then finds the images made; where none ran, the fixture makes them.
+`--allow-reference`), tagged by the bundle's digest, so the second bundle reuses the layer that
+installs the Python environment. debootstrap mounts /proc (and, where it binds them, /dev and
+/sys) inside its root filesystem: an interrupted one is killed with every process it started,
+and its root filesystem is removed only once nothing is mounted there any more.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
-from instructor.rehearsal import WHEELS_CACHE
+from instructor.gradescope import build
+from instructor.rehearsal import build_image
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "grpo-base:bookworm"
 BASE_PACKAGES = "python3,python3-venv,python3-pip,libseccomp2,bubblewrap,ca-certificates"
-LOCK = WHEELS_CACHE / "images.lock"  # beside the rehearsal's wheels: kept, as they are
 
 
 def docker_up() -> bool:
@@ -61,22 +56,13 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-@contextmanager
-def _held():
-    """The makers' lock: one maker at a time, on this machine (an flock: freed by any exit)."""
-    LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with LOCK.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def timed(step: str, started: float) -> None:
     print(f"[container] {step}: {time.monotonic() - started:.1f} s", flush=True)
 
 
 def _run_in_own_group(argv: list[str], timeout: float) -> None:
-    """Run `argv` in a process group of its own; on any exception here (a timeout, SIGTERM's
-    SystemExit) the whole group is killed before it propagates: no dpkg left in the chroot."""
+    """Run `argv` in a process group of its own; on any exception here (a timeout, Ctrl-C) the
+    whole group is killed before it propagates: no dpkg left running in the chroot."""
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:
@@ -126,54 +112,15 @@ def make_images(folder: Path) -> dict[str, str]:
     """{"student": tag, "check": tag}: the bundles' images (built into `folder`), on the base
     image, each made where this machine does not hold it yet. Raises RuntimeError where the base
     image is missing and this user cannot debootstrap one."""
-    from instructor.gradescope import build
-    from instructor.rehearsal import build_image
-
-    with _held():
-        if not image_exists(BASE_IMAGE):
-            if not can_make_base():
-                raise RuntimeError(f"no image {BASE_IMAGE} and no root debootstrap to make one")
-            _make_base()
-        made = {}
-        for kind in ("student", "check"):
-            started = time.monotonic()
-            bundle = folder / f"{kind}.zip"
-            build(bundle, allow_reference=kind == "check")
-            made[kind] = build_image(bundle, BASE_IMAGE)
-            timed(f"docker build of the {kind} bundle (or the one made before)", started)
-        return made
-
-
-def start_in_background() -> subprocess.Popen | None:
-    """Start making the images in a process of its own; None where this machine cannot (no
-    running dockerd, or no base image and no debootstrap). Its output is dropped: where it fails,
-    the fixture's own attempt fails the same way, and says why."""
-    if shutil.which("docker") is None or not docker_up():
-        return None
-    if not (image_exists(BASE_IMAGE) or can_make_base()):
-        return None
-    return subprocess.Popen([sys.executable, __file__], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def stop(maker: subprocess.Popen) -> None:
-    """End a background maker that still runs: SIGTERM, on which it kills its debootstrap and
-    removes the temporary root filesystem; its whole group killed where it has not in 2 minutes."""
-    if maker.poll() is None:
-        maker.terminate()
-        try:
-            maker.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(maker.pid, signal.SIGKILL)
-            maker.wait()
-
-
-def _exit_on_terminate(signum, frame):
-    raise SystemExit(128 + signum)  # unwinds the TemporaryDirectory: no root filesystem left
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_on_terminate)
-    sys.path.insert(0, str(ROOT))
-    with tempfile.TemporaryDirectory(prefix="grpo-bundles-") as bundles:
-        print(make_images(Path(bundles)), flush=True)
+    if not image_exists(BASE_IMAGE):
+        if not can_make_base():
+            raise RuntimeError(f"no image {BASE_IMAGE} and no root debootstrap to make one")
+        _make_base()
+    made = {}
+    for kind in ("student", "check"):
+        started = time.monotonic()
+        bundle = folder / f"{kind}.zip"
+        build(bundle, allow_reference=kind == "check")
+        made[kind] = build_image(bundle, BASE_IMAGE)
+        timed(f"docker build of the {kind} bundle (or the one made before)", started)
+    return made

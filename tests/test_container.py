@@ -3,8 +3,7 @@ rehearse`): Docker's default security (no user namespaces, so bubblewrap cannot 
 768 MB of memory and half a CPU for every process of the grading together.
 
 The images (a debootstrapped Debian, and on it both bundles: the students' and the check bundle of
-`--allow-reference`) are tests/container_images.py's, made once per machine; on a fresh one the
-session starts making them in the background. A `dockerd` that is not running is started for the
+`--allow-reference`) are tests/container_images.py's, made once per machine and reused. A `dockerd` that is not running is started for the
 run and stopped after it. Each case is a fresh container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
 Each step's time is printed (`-s` shows it).
 """
@@ -60,8 +59,7 @@ def docker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def images(docker, tmp_path_factory) -> dict[str, str]:
-    """{"student": image of the students' bundle, "check": of the --allow-reference bundle}: made
-    by the session's background maker (tests/container_images.py), or here where none ran."""
+    """{"student": image of the students' bundle, "check": of the --allow-reference bundle}."""
     if not (container_images.image_exists(container_images.BASE_IMAGE)
             or container_images.can_make_base()):
         pytest.skip("no base image and no root debootstrap to make one (.ci/run installs it)")
