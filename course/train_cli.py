@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from course.cli import Parser, add_config_arguments
@@ -63,6 +64,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from course import train as loop  # torch from here on; loaded before the learner's stand in
     from course.implementations import StageNotWritten, load_implementations, missing_references
+
+    if not sys.stderr.isatty():  # a log: no "Loading weights" bar redrawn with carriage returns
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
     implementations = None
     missing = missing_references()

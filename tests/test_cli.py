@@ -92,6 +92,18 @@ class Terminal(io.StringIO):
         return True
 
 
+@pytest.mark.slow
+def test_a_run_logged_to_a_file_has_no_carriage_returns(tmp_path):
+    """stderr a pipe, as in a CI log: the loop's plain lines, and no bar of the model's loading."""
+    run = subprocess.run([sys.executable, "-m", "course.train", "--steps", "2", "--prompts-per-step",
+                          "2", "--group-size", "2", "--eval-problems", "2", "--eval-samples", "1",
+                          "--eval-every", "0"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "GRPO: step 2/2" in run.stderr
+    assert "\r" not in run.stderr + run.stdout and "Loading weights" not in run.stderr
+
+
 def test_a_terminal_gets_a_tqdm_bar_and_a_disabled_bar_writes_nothing():
     from tqdm.auto import tqdm
 
