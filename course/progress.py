@@ -44,12 +44,18 @@ def in_jupyter() -> bool:
     return "ipykernel" in sys.modules
 
 
+def bars_drawn(file: TextIO | None = None) -> bool:
+    """Whether a bar can be drawn on `file` (stderr by default): a terminal, or Jupyter's widget.
+    Elsewhere (a log file, a CI log) a bar is carriage-return noise: plain lines instead."""
+    return in_jupyter() or (file or sys.stderr).isatty()
+
+
 def progress_bar(iterable: Iterable, total: int, desc: str, unit: str, enabled: bool = True,
              file: TextIO | None = None, lines: int = 20):
     """A tqdm bar over `iterable` where one can be drawn, else `PlainProgress`; nothing if not `enabled`."""
     from tqdm.auto import tqdm
 
     file = file or sys.stderr
-    if not enabled or in_jupyter() or file.isatty():
+    if not enabled or bars_drawn(file):
         return tqdm(iterable, total=total, desc=desc, unit=unit, disable=not enabled, file=file)
     return PlainProgress(iterable, total, desc, unit, file, lines)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from course.cli import Parser, add_config_arguments
 from course.paths import EDITION_MARKER, ROOT
+from course.progress import bars_drawn
 from course.registry import STAGE_NAMED, STAGE_OF
 from course.train_config import (
     CHOICES,
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     from course import train as loop  # torch from here on; loaded before the learner's stand in
     from course.implementations import StageNotWritten, load_implementations, missing_references
 
-    if not sys.stderr.isatty():  # a log: no "Loading weights" bar redrawn with carriage returns
+    if not bars_drawn():  # a log: no "Loading weights" bar of transformers' either
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()

@@ -2,9 +2,10 @@
 rehearse`): Docker's default security (no user namespaces, so bubblewrap cannot start), no network,
 768 MB of memory and half a CPU for every process of the grading together.
 
-The images (a debootstrapped Debian, and on it both bundles: the students' and the check bundle of
-`--allow-reference`) are tests/container_images.py's, made once per machine and reused. A `dockerd` that is not running is started for the
-run and stopped after it. Each case is a fresh container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
+The images (a debootstrapped Debian, and on it both bundles: the students' and the check bundle
+of `--allow-reference`) are tests/container_images.py's, made once per machine and reused. A
+`dockerd` that is not running is started for the run and stopped after it. Each case is a fresh
+container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
 Each step's time is printed (`-s` shows it).
 """
 
