@@ -5,8 +5,8 @@ rehearse`): Docker's default security (no user namespaces, so bubblewrap cannot 
 The images (a debootstrapped Debian, and on it both bundles: the students' and the check bundle
 of `--allow-reference`) are tests/container_images.py's, made once per machine and reused. A
 `dockerd` that is not running is started for the run and stopped after it. Each case is a fresh
-container, as on Gradescope. Marked `container` (deselect with `-m "not container"`); CI runs it.
-Each step's time is printed (`-s` shows it).
+container, as on Gradescope, and the four run at once. Marked `container` (deselect with
+`-m "not container"`); CI runs it. Each step's time is printed (`-s` shows it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import container_images
@@ -70,11 +71,34 @@ def images(docker, tmp_path_factory) -> dict[str, str]:
 def _grade(image: str, submission: Path) -> dict:
     started = time.monotonic()
     outcome = run_submission(image, submission, **LIMITS)
-    lines = table(outcome)
-    print("\n".join(lines))
-    container_images.timed(f"grading {submission.name}", started)
-    outcome["table"] = "\n".join(lines)
+    outcome["table"] = "\n".join(table(outcome))
+    outcome["seconds"] = time.monotonic() - started
     return outcome
+
+
+def _copy(notebooks: Path, upload: Path) -> Path:
+    shutil.copytree(notebooks, upload, ignore=shutil.ignore_patterns(".*"))
+    return upload
+
+
+@pytest.fixture(scope="module")
+def outcomes(images, tmp_path_factory) -> dict[str, dict]:
+    """The four cases, each graded in a fresh container of its own, all at once: each container
+    is held to half a CPU, so one after another they would leave most of the machine idle."""
+    folder = tmp_path_factory.mktemp("uploads")
+    cases = {"independent": (images["student"], _independent(folder / "independent")),
+             "solutions": (images["check"], _copy(ROOT / "solutions", folder / "solutions")),
+             "blank": (images["student"], _copy(ROOT / "notebooks", folder / "blank")),
+             "hog": (images["student"], _independent(folder / "hog", hog=True))}
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        futures = {name: pool.submit(_grade, *case) for name, case in cases.items()}
+        graded = {name: future.result() for name, future in futures.items()}
+    for name, outcome in graded.items():
+        print(f"\n{name}:\n{outcome['table']}")
+        print(f"[container] grading {name}: {outcome['seconds']:.1f} s")
+    container_images.timed("the four gradings at once", started)
+    return graded
 
 
 def _independent(folder: Path, hog: bool = False) -> Path:
@@ -107,33 +131,28 @@ def _graded(outcome: dict) -> dict:
     return results
 
 
-def test_a_correct_independent_implementation_gets_full_marks(images, tmp_path):
-    results = _graded(_grade(images["student"], _independent(tmp_path / "upload")))
+def test_a_correct_independent_implementation_gets_full_marks(outcomes):
+    results = _graded(outcomes["independent"])
     assert results["score"] == results["graded_points"], results["tests"]
 
 
-def test_the_solutions_get_full_marks_with_the_check_bundle(images, tmp_path):
-    upload = tmp_path / "upload"
-    shutil.copytree(ROOT / "solutions", upload, ignore=shutil.ignore_patterns(".*"))
-    outcome = _grade(images["check"], upload)
-    results = _graded(outcome)
+def test_the_solutions_get_full_marks_with_the_check_bundle(outcomes):
+    results = _graded(outcomes["solutions"])
     assert results["score"] == results["graded_points"], results["tests"]
     assert results["output"].startswith("NOT A STUDENT'S GRADE")
 
 
-def test_blank_notebooks_get_zero(images, tmp_path):
-    upload = tmp_path / "upload"
-    shutil.copytree(ROOT / "notebooks", upload, ignore=shutil.ignore_patterns(".*"))
-    results = _graded(_grade(images["student"], upload))
+def test_blank_notebooks_get_zero(outcomes):
+    results = _graded(outcomes["blank"])
     assert results["score"] == 0
 
 
-def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(images, tmp_path):
+def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(outcomes):
     """compute_entropy hoards memory until something kills it. Either the grading completes, the
     rest at full marks and every lost point of compute_entropy saying memory, or there is no
     results.json and run_autograder fails (Gradescope: an autograder error): never a partial
     score that does not say why."""
-    outcome = _grade(images["student"], _independent(tmp_path / "upload", hog=True))
+    outcome = outcomes["hog"]
     if outcome["results"] is None:
         assert outcome["exit_code"] != 0 and "GRADING DID NOT COMPLETE" in outcome["log"]
         return
@@ -142,4 +161,3 @@ def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(images, tm
     assert lost and all(t["name"].startswith("compute_entropy") for t in lost), lost
     assert all("memory" in t["output"] for t in lost if t["score"] == 0), [t["output"] for t in lost]
     assert results["score"] == results["graded_points"] - POINTS["compute_entropy"]
-

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -178,13 +179,27 @@ def _run_in_layout(root: Path, env: dict | None = None, *flags: str) -> subproce
 def test_a_grader_killed_mid_run_leaves_no_results_json_and_run_autograder_fails(tmp_path):
     """SIGKILL of the grading process (what the OOM killer does) once its sandbox is up: no
     results.json at all (Gradescope then shows an autograder error, not a grade) and `run` exits 1
-    saying the grading did not complete."""
+    saying the grading did not complete. The killed grader had no chance to remove its own folder
+    (mode 0700, in its TMPDIR, given here so that the test can remove it)."""
     root = tmp_path / "root"
     (root / "submission").mkdir(parents=True)
     # a submission whose entropy hangs (for the 30 s probe timeout): the grader is surely mid-run
     # when it is killed, however fast the machine grades the rest
     shutil.copy(ROOT / "tests" / "redteam" / "classification_hang.py", root / "submission")
-    run = _run_in_layout(root)
+    temporary = Path(tempfile.mkdtemp(prefix="killed-grader-"))  # outside tmp_path's 0700 parents
+    os.chmod(temporary, 0o755)
+    try:
+        _kill_the_grader_mid_run(root, temporary)
+        left = [p for p in temporary.iterdir()
+                if not p.name.startswith("torchinductor_")]  # torch's own cache, kept by design
+        assert all(p.name.startswith("autograder-") and p.stat().st_mode & 0o777 == 0o700
+                   for p in left), left
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _kill_the_grader_mid_run(root: Path, temporary: Path) -> None:
+    run = _run_in_layout(root, {"TMPDIR": str(temporary)})
     grader = None
     for _ in range(600):  # until the grader's sandbox is running, then a little more
         grader = next((pid for pid in _children(run.pid) if b"pytest" in _cmdline(pid)), None)

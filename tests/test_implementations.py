@@ -244,6 +244,8 @@ def test_the_recorded_reference_run_is_notebook_07s_run():
     evaluated = [r["step"] for r in records if "heldout_accuracy_greedy" in r]
     assert evaluated == [20, 40, 60] and records[-1]["heldout_accuracy_sampled"] == summary["accuracy_after"]
     assert summary["implementations"] == "reference"
+    for key in ("accuracy", "greedy_accuracy"):  # what notebook 08 prints and plots of it
+        assert 0 <= summary[f"{key}_before"] <= 1 and 0 <= summary[f"{key}_after"] <= 1
     with pytest.raises(ValueError, match=r"steps=100 \(recorded: 60\)"):
         recorded_reference_run(replace(NOTEBOOK_RUN, steps=100))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -115,10 +116,13 @@ def test_tier_2_confines_a_child_as_it_must():
     os.chown(private, 65534, 65534)
     secret = ROOT / "autograder" / "fixtures" / "expected.pt"
     assert secret.stat().st_mode & 0o004  # readable by modes alone: Landlock is what refuses
-    done = subprocess.run([sys.executable, "-I", "-B", str(ROOT / "autograder" / "untrusted" /
-                                                          "confine.py"), "--check", private,
-                           str(secret)], capture_output=True, text=True, timeout=120,
-                          user=65534, group=65534, extra_groups=[])
+    try:
+        done = subprocess.run([sys.executable, "-I", "-B", str(ROOT / "autograder" / "untrusted" /
+                                                              "confine.py"), "--check", private,
+                               str(secret)], capture_output=True, text=True, timeout=120,
+                              user=65534, group=65534, extra_groups=[])
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     seen = json.loads(done.stdout)
     assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"] and seen["unix_socket"]
     assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unshare"]), seen

@@ -21,6 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from test_notebooks import shorten_notebook_08
 
 from autograder.trusted.reference import COPY_THRESHOLD, reference_prints
 from autograder.trusted.similarity import containment, kgrams, tokens
@@ -407,9 +408,6 @@ LEARNERS_WORK = ("03_advantages.ipynb", "04_losses.ipynb", "05_off_policy.ipynb"
                  "06_aggregation.ipynb", "07_train_step.ipynb", "08_end_to_end.ipynb")
 
 
-SHORT_RUN = "steps=2, eval_every=2, eval_problems=8, eval_samples=1"  # of notebook 08's 60
-
-
 @pytest.mark.slow
 def test_notebooks_07_and_08_run_on_the_learners_stages_where_not_revealed(edition, tmp_path,
                                                                           monkeypatch):
@@ -418,8 +416,8 @@ def test_notebooks_07_and_08_run_on_the_learners_stages_where_not_revealed(editi
     self-check too); notebook 08 trains the learner's stages. On a run shorter than the recorded
     one (the learner changed the configuration; here, so that the test trains 2 steps, not 60) the
     reference of stages 3-7 is absent, so there is nothing to compare with and the notebook says
-    why, never training a "reference" made of the learner's own stages. (The recorded run's
-    comparison, on the notebook's own configuration: tests/test_notebooks.py.)"""
+    why, never training a "reference" made of the learner's own stages. (The recorded run is the
+    notebook's own configuration's: tests/test_implementations.py.)"""
     copy = _copy_edition(edition, tmp_path, *LEARNERS_WORK)
     assert (copy / "course" / "checkpoints" / "reference_run.json").read_bytes() == RECORDED.read_bytes()
     step = _execute(copy, "07_train_step.ipynb", tmp_path, monkeypatch)
@@ -432,10 +430,7 @@ def test_notebooks_07_and_08_run_on_the_learners_stages_where_not_revealed(editi
     assert re.search(r"grpo_train_step: (\d+)/\1 points", _printed(step, "07_train_step_check"))
 
     notebook = copy / "notebooks" / "08_end_to_end.ipynb"
-    text = notebook.read_text(encoding="utf-8")
-    full_run = "steps=60, eval_every=20, eval_problems=200, eval_samples=2"
-    assert text.count(full_run) == 1
-    notebook.write_text(text.replace(full_run, SHORT_RUN), encoding="utf-8")
+    shorten_notebook_08(notebook)
     end_to_end = _execute(copy, "08_end_to_end.ipynb", tmp_path, monkeypatch)
     assert _errors(end_to_end) == []
     printed = _printed(end_to_end, "08_train")

@@ -30,7 +30,8 @@ def test_two_ranks_make_the_single_process_updates(tmp_path, normalization):
                "--gradient-accumulation-steps", "2"]
     for name, value in ARGS.items():
         command += [f"--{name.replace('_', '-')}", str(value)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    (tmp_path / "tmp").mkdir()  # torchrun's torchelastic_* folders, which it leaves behind
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")}
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
 
