@@ -296,6 +296,22 @@ print(result["score"], result["max_score"], late)
     assert float(score) == float(maximum) > 50 and late == "[]", done.stdout[-2000:]
 
 
+def test_the_template_holds_the_plotting_modules_and_never_a_graded_one(monkeypatch):
+    """The template imports course.models and course.plotting (the notebooks' plots) once for
+    every child; a graded module among what they import would put its reference in every child,
+    so it refuses to start and names the module."""
+    from autograder.trusted import reference
+    from course.registry import STAGE_MODULES
+
+    held = reference.template_sources()
+    assert {"course.models", "course.plotting"} <= set(held) and not set(held) & set(STAGE_MODULES)
+    sources = reference.course_sources
+    monkeypatch.setattr(reference, "course_sources", lambda stage: {
+        **sources(stage), "course.plotting": "from course.losses import clipped_surrogate\n"})
+    with pytest.raises(RuntimeError, match=r"graded modules \['course.losses'\]"):
+        reference.template_sources()
+
+
 def test_a_grading_without_model_functions_never_imports_the_models_code():
     """compute_entropy builds no model: the trusted process grades it in full without
     transformers' modeling code (about 2 s of imports), and a grading of every function has it

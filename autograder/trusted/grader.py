@@ -316,6 +316,7 @@ class Grader:
             return
         models = functions is None or any(f in MODEL_FUNCTIONS for f in functions)
         self.runner.models = models
+        self.runner.plots = self.submission is not None and self.submission.kind == "units"
         if models:
             _import_model_code()
 

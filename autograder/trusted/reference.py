@@ -255,11 +255,11 @@ def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
 
 
 def template_sources() -> dict[str, str]:
-    """{module: source} for the sandbox's template, which builds the model and tokenizer once:
-    `course.models` and the `course` modules it imports at its top level, transitively, with an
-    empty `course` package. No graded module may be among them (the template's modules outlive
-    it in every child), so one that is raises."""
-    sources, wanted, todo = course_sources(None), set(), ["course.models"]
+    """{module: source} for the sandbox's template, which builds the model and tokenizer once and
+    imports the notebooks' plotting: `course.models`, `course.plotting` and the `course` modules
+    they import at their top level, transitively, with an empty `course` package. No graded module
+    may be among them (the template's modules outlive it in every child), so one that is raises."""
+    sources, wanted, todo = course_sources(None), set(), ["course.models", "course.plotting"]
     while todo:
         name = todo.pop()
         if name in wanted or name not in sources:
@@ -272,8 +272,8 @@ def template_sources() -> dict[str, str]:
                 todo.extend(a.name for a in node.names if a.name.startswith("course."))
     graded = wanted & set(STAGE_MODULES)
     if graded:
-        raise RuntimeError(f"course.models imports graded modules {sorted(graded)}: the sandbox's "
-                           "template would hold their reference")
+        raise RuntimeError(f"the template's modules import graded modules {sorted(graded)}: the "
+                           "sandbox's template would hold their reference")
     return {"course": "", **{name: sources[name] for name in sorted(wanted)}}
 
 

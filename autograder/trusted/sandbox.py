@@ -94,6 +94,9 @@ class Sandbox:
         # the template imports transformers' modeling code as it starts (`Grader.expect`: not
         # when the grading checks no function that builds a model)
         self.models = True
+        # and the notebooks' plotting (course.plotting, matplotlib): a notebook submission's
+        # every stage imports it; a .py or a module seldom does (`Grader.expect`)
+        self.plots = True
 
     def start(self, timeout: float) -> None:
         """Start the template and wait until it has imported torch (raises WorkerError)."""
@@ -124,7 +127,7 @@ class Sandbox:
         from autograder.trusted.reference import template_sources
 
         setup = {"course": template_sources(), "limits": self._child_limits(),
-                 "models": self.models}
+                 "models": self.models, "plots": self.plots}
         if self.tier == "bubblewrap":  # what a child could write, wiped before the next one
             setup["wipe"] = ["/tmp", "/dev/shm", isolation.HOME]
         elif self.tier == "landlock-seccomp":

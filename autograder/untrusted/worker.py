@@ -1,8 +1,9 @@
 """The worker: a template process in the sandbox that forks one child per stage to grade it.
 
 `autograder.trusted.sandbox.Sandbox` starts `python -I -B worker.py CONTROL_FD ROOT` inside bubblewrap
-(or, for a practice grade, as a plain subprocess). The template imports torch and transformers
-once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to the grader) for orders:
+(or, for a practice grade, as a plain subprocess). The template imports torch, transformers and,
+for notebooks, matplotlib once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to
+the grader) for orders:
 "fork" (with the child's request pipe, answer pipe and log file passed as descriptors) and "reap"
 (end a child and every process of its user, delete all it could write: tier 1's /tmp, /dev/shm
 and home, as that user; tier 2's private folder; say how it ended). It runs no student code.
@@ -117,20 +118,24 @@ class HelperFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(text, name, "exec"), module.__dict__)
 
 
+# The `course` modules the template imported (`autograder.trusted.reference.template_sources`: no
+# graded module among them, and none stubbed in any stage): every child keeps them as built.
+_TEMPLATE_MODULES: tuple[str, ...] = ()
+
+
 def install_course(sources: dict, extra_globals: dict | None = None) -> None:
-    """Replace whatever `course` modules are loaded by those of `sources` (course.models, built
-    once by the template, is kept)."""
+    """Replace whatever `course` modules are loaded by those of `sources`, but for the template's
+    own (`_TEMPLATE_MODULES`), which are kept."""
     for finder in [f for f in sys.meta_path if isinstance(f, CourseFinder)]:
         sys.meta_path.remove(finder)
     sys.meta_path.insert(0, CourseFinder(sources, extra_globals or {}))
-    models = sys.modules.get("course.models")
+    kept = {name: sys.modules[name] for name in _TEMPLATE_MODULES if name in sys.modules}
     for name in [n for n in sys.modules if n == "course" or n.startswith("course.")]:
         del sys.modules[name]
-    if models is not None:
-        sys.modules["course.models"] = models
+    sys.modules.update(kept)
     package = importlib.import_module("course")
-    if models is not None:
-        package.models = models
+    for name, module in kept.items():
+        setattr(package, name.removeprefix("course."), module)
 
 
 def _stand_in_for_selfcheck() -> None:
@@ -433,8 +438,14 @@ def template(control_fd: int, root: str) -> None:
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a child are ours to reap
-    install_course(setup["course"])  # course.models only: no graded function lives there
+    global _TEMPLATE_MODULES
+    install_course(setup["course"])  # course.models, course.plotting and what they import
     markers.build_tokenizer()
+    if setup.get("plots"):  # notebooks: what they import for their plots, once, not per stage
+        importlib.import_module("course.plotting")
+        import matplotlib.pyplot  # noqa: F401
+    _TEMPLATE_MODULES = tuple(name for name in setup["course"]
+                              if name != "course" and name in sys.modules)
     if setup.get("models"):  # unless no check of this grading builds a model (`Grader.expect`)
         markers.import_model_code()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
