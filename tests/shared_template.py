@@ -1,15 +1,19 @@
-"""One sandbox template per test thread, shared by the gradings of benign test submissions.
+"""One sandbox template per test thread, shared by the gradings of test submissions.
 
-A grading spends most of its time starting its template (a sandboxed Python importing torch and
-transformers: about 3 of the 4 s a one-function grading takes on a 2-core machine). The template
-never runs student code: it forks one child per stage, and ends each child with every process of
-its user and everything that user could write (`autograder.untrusted.worker`). So the gradings of
-the mutants, the do-nothing submissions and the independent implementations, which test what the
-checks say and not the isolation, can share one template without one seeing another.
+A grading spends most of its CPU starting its template (a sandboxed Python importing torch and
+transformers: about 2 of the 2.4 core-seconds a one-function grading takes). The template never
+runs student code: it forks one child per stage, under a user id of its own, and ends each child
+with every process of that user and everything that user could write
+(`autograder.untrusted.worker`). So what one grading's children could do to a later grading on the
+same template is what one stage's child could do to the next stage's, which the red team's stage
+attacks (tests/redteam/stages_*.py) try within one grading. The mutants, the do-nothing
+submissions, the independent implementations and the red team's attacks are graded on shared
+templates; each is ended (`Sandbox.close`: its processes, every process of its users, its cgroup,
+its folders) before anything looks for what outlived the gradings.
 
 The product never does this: every grading starts its own template (`autograder.api.grade`
-without `sandbox=`, `instructor.batch`, `pytest autograder`), and the red team's attacks, the
-isolation tests, are graded that way.
+without `sandbox=`, `instructor.batch`, `pytest autograder`), and so do the red team's later
+gradings, the attacks of tests/test_autograder.py and the isolation tests.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import threading
 
 from autograder.api import grade
 from autograder.trusted.grader import ROOT
+from autograder.trusted.isolation import isolation_tier
 from autograder.trusted.sandbox import Sandbox
 
 
@@ -29,6 +34,9 @@ class SharedTemplate(Sandbox):
         if self.process is not None and self.process.poll() is None:
             return
         self.shutdown(keep_folder=True)
+        # whatever this first grading needs, the next may build a model or read notebooks: the
+        # modules of both, as a template of the grading's own would hold them for it
+        self.models = self.plots = True
         super().start(timeout)
 
     def close(self, keep_folder: bool = False) -> None:
@@ -41,21 +49,27 @@ class SharedTemplate(Sandbox):
 class SharedTemplates:
     """`grade` with this thread's template, started at its first grading; ends them all on exit.
     A template shows none of a submission's folders, which fits notebooks and .py files (an
-    importable module's grading starts its own: `Grader` closes a template that does not fit)."""
+    importable module's grading starts its own: `Grader` closes a template that does not fit).
+    `memory_mb` and `tier` (an `isolation=` value) are the templates', so every grading's."""
 
-    def __init__(self, memory_mb: int = 6144):
-        self.memory_mb = memory_mb
+    def __init__(self, memory_mb: int = 6144, tier: str | None = None):
+        self.memory_mb, self.tier = memory_mb, tier
         self.local = threading.local()
         self.all: list[SharedTemplate] = []
         self.lock = threading.Lock()
 
     def grade(self, submission: str, functions=None, **kwargs) -> dict:
+        if kwargs.setdefault("memory_mb", self.memory_mb) != self.memory_mb:
+            raise ValueError(f"memory_mb={kwargs['memory_mb']}: these templates hold "
+                             f"{self.memory_mb} MB")
+        if self.tier is not None and kwargs.setdefault("isolation", self.tier) != self.tier:
+            raise ValueError(f"isolation={kwargs['isolation']!r}: these templates are {self.tier}")
         if not hasattr(self.local, "template"):
-            self.local.template = SharedTemplate(ROOT, "cpu", self.memory_mb, isolated=True)
+            self.local.template = SharedTemplate(ROOT, "cpu", self.memory_mb, isolated=True,
+                                                 tier=isolation_tier(ROOT, self.tier or "auto")[0])
             with self.lock:
                 self.all.append(self.local.template)
-        return grade(submission, functions, sandbox=self.local.template,
-                     memory_mb=self.memory_mb, **kwargs)
+        return grade(submission, functions, sandbox=self.local.template, **kwargs)
 
     def __enter__(self) -> SharedTemplates:
         return self

@@ -12,7 +12,9 @@ Convention for an attack entry (the harness finds them; nothing else needs regis
 
 Each attack is graded with `official=True` (no sandbox, no test: the module is skipped) in each
 isolation tier that holds here, forced with `isolation=` (bubblewrap; Landlock and seccomp), each
-tier graded once for all the tests, and the tests assert, with the same assertions in both, that
+tier graded once for all the tests, on one template per grading thread (tests/shared_template.py
+says why that tries what a template of its own would), and the tests assert, with the same
+assertions in both, that
   - it earns no more than `honest` points;
   - the grader's output names what happened (`says`), when the entry asks for it;
   - nothing persists: after every attack has been graded, a blank submission scores 0 and the
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from shared_template import SharedTemplates
 
 from autograder.api import grade
 from autograder.trusted import sandbox
@@ -214,15 +217,19 @@ def red_team(request) -> dict:
     servers = _host_services()
     try:
         started = time.monotonic()
-        with our_gradings() as ours, ThreadPoolExecutor(max_workers=2) as pool:
-            # the stage-apart attacks relay the reference with exec, which the copy rule alone
-            # zeroes: they are graded with copies allowed, so that what stops them is isolation
-            futures = {entry.name: pool.submit(grade, str(entry), read_header(entry)["functions"],
-                                               official=True, isolation=tier,
-                                               allow_reference=entry.name.startswith("stages_"),
-                                               **GRADING)
-                       for entry in ENTRIES}
-            graded = {name: future.result() for name, future in futures.items()}
+        with our_gradings() as ours:
+            # one template per thread (tests/shared_template.py), ended before the leftovers
+            # are looked for; the later gradings below start their own, as the product does
+            with SharedTemplates(GRADING["memory_mb"], tier) as templates, \
+                    ThreadPoolExecutor(max_workers=2) as pool:
+                # the stage-apart attacks relay the reference with exec, which the copy rule
+                # alone zeroes: they are graded with copies allowed, so that what stops them is
+                # isolation
+                futures = {entry.name: pool.submit(
+                    templates.grade, str(entry), read_header(entry)["functions"], official=True,
+                    allow_reference=entry.name.startswith("stages_"), **GRADING)
+                    for entry in ENTRIES}
+                graded = {name: future.result() for name, future in futures.items()}
         elapsed = time.monotonic() - started
     finally:
         for server in servers:
