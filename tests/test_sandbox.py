@@ -134,6 +134,7 @@ def test_tier_2_confines_a_child_as_it_must():
         box.close()
 
 
+@pytest.mark.slow  # the fast lane's heaviest sandbox tests, with the memory bound's below
 @pytest.mark.skipif(sandbox_problem(ROOT, "landlock") is not None,
                     reason=f"no tier 2 here: {sandbox_problem(ROOT, 'landlock')}")
 def test_tier_2_grades_the_data_parallel_check_on_ranks_connected_before_the_submission():
@@ -156,6 +157,7 @@ def test_tier_2_grades_the_data_parallel_check_on_ranks_connected_before_the_sub
     assert "world size" in data_parallel["mutant"]["output"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
 def test_one_memory_bound_holds_over_all_processes_of_a_grading(tier):
     """Six forked processes of 200 MiB each under --memory-mb 256: each is under its own address
