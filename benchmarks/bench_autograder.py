@@ -1,11 +1,11 @@
 """How long `pytest autograder --submission course` takes, end to end and per stage.
 
-    python benchmarks/bench_autograder.py [--repeats 3] [--submission notebooks] [--whole]
+    python benchmarks/bench_autograder.py [--repeats 3] [--submission S [--allow-reference]] [--whole]
 
 Prints a table of wall times (the real CLI, in a subprocess, as a grader would run it) and the
 machine it ran on. Target: under 60 s on a 2-core CPU, aim 20 s. `--submission`: what is graded
-(`course`, the reference, by default; `solutions` is graded with `--allow-reference`, since it
-holds the reference); `--whole`: the whole grading only, not each stage's.
+(`course`, the reference, by default; `--allow-reference` for another that holds it, such as
+`solutions`); `--whole`: the whole grading only, not each stage's.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ SELECTIONS = (None, "tokenize", "compute_entropy or get_response_log_probs",
               "aggregate_loss", "grpo_train_step")
 
 
-def grade_once(selection: str | None, submission: str = "course") -> tuple[float, float, float]:
+def grade_once(selection: str | None, submission: str = "course",
+               allow_reference: bool = False) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as folder:
         results = Path(folder) / "results.json"
         command = [sys.executable, "-m", "pytest", "autograder", "--submission", submission,
                    "--results", str(results), "-q", "-p", "no:cacheprovider", "--seed", "1"]
-        if submission == "solutions":
+        if allow_reference:
             command.append("--allow-reference")
         if selection:
             command += ["-k", selection]
@@ -49,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--submission", default="course")
+    parser.add_argument("--allow-reference", action="store_true")
     parser.add_argument("--whole", action="store_true")
     args = parser.parse_args()
     import torch
@@ -60,7 +62,7 @@ def main() -> None:
     for selection in (None,) if args.whole else SELECTIONS:
         times, score, maximum = [], 0.0, 0.0
         for _ in range(args.repeats):
-            elapsed, score, maximum = grade_once(selection, args.submission)
+            elapsed, score, maximum = grade_once(selection, args.submission, args.allow_reference)
             times.append(elapsed)
         label = (selection or "all checks")[:33]
         print(f"{label:<34}{statistics.median(times):>10.1f}{min(times):>8.1f}{f'{score:g}/{maximum:g}':>12}")

@@ -59,14 +59,14 @@ class SharedTemplates:
         self.lock = threading.Lock()
 
     def grade(self, submission: str, functions=None, **kwargs) -> dict:
+        # the template's limit is every grading's; another tier's grading starts its own
         if kwargs.setdefault("memory_mb", self.memory_mb) != self.memory_mb:
             raise ValueError(f"memory_mb={kwargs['memory_mb']}: these templates hold "
                              f"{self.memory_mb} MB")
-        if self.tier is not None and kwargs.setdefault("isolation", self.tier) != self.tier:
-            raise ValueError(f"isolation={kwargs['isolation']!r}: these templates are {self.tier}")
+        kwargs.setdefault("isolation", self.tier or "auto")
         if not hasattr(self.local, "template"):
             self.local.template = SharedTemplate(ROOT, "cpu", self.memory_mb, isolated=True,
-                                                 tier=isolation_tier(ROOT, self.tier or "auto")[0])
+                                                 tier=isolation_tier(ROOT, kwargs["isolation"])[0])
             with self.lock:
                 self.all.append(self.local.template)
         return grade(submission, functions, sandbox=self.local.template, **kwargs)

@@ -53,6 +53,7 @@ CELL_TIMEOUT_S = 900  # the end-to-end notebook trains for a couple of minutes i
 # 60 steps' (tests/test_implementations.py), so a shorter run trains the reference live
 NOTEBOOK_08_RUN = "steps=60, eval_every=20, eval_problems=200, eval_samples=2"
 NOTEBOOK_08_SHORT = "steps=2, eval_every=2, eval_problems=8, eval_samples=1"
+STUDENT = "student"
 
 
 def shorten_notebook_08(path: Path) -> None:
@@ -60,7 +61,6 @@ def shorten_notebook_08(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert text.count(NOTEBOOK_08_RUN) == 1
     path.write_text(text.replace(NOTEBOOK_08_RUN, NOTEBOOK_08_SHORT), encoding="utf-8")
-STUDENT = "student"
 
 
 @pytest.fixture(scope="module")
