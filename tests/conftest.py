@@ -44,7 +44,30 @@ SLOW_ELSEWHERE = {
 }
 
 
+# The modules that take longest, longest first. pytest-xdist's loadscope hands out one module (or
+# test class) at a time in collection order, once its own reordering (by number of tests) is off:
+# the longest start first, so that none is left running alone at the end. The container module
+# leads: on a fresh machine its images take minutes of mostly network and disk, which the other
+# workers' CPU work overlaps.
+LONGEST_FIRST = ("test_container.py", "test_notebooks.py", "test_student_edition.py",
+                 "test_autograder.py", "test_batch.py", "test_points.py", "test_redteam.py",
+                 "test_sandbox.py", "test_train.py", "test_portability.py", "test_gradescope.py",
+                 "test_stage_chaining.py", "test_scoring.py", "test_train_distributed.py",
+                 "test_release.py", "test_implementations.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep our order
+        config.option.loadscopereorder = False
+
+
+def _rank(item) -> int:
+    name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=_rank)  # stable: each module keeps its own order
