@@ -57,6 +57,24 @@ class RehearsalError(RuntimeError):
     """The rehearsal could not build or run (the message says which step and why)."""
 
 
+class NoCpuTorch(RehearsalError):
+    """This machine's pip offers no CPU build of the torch it grades with, which is what setup.sh
+    installs on Gradescope: the image would hold a GPU build, several times its memory."""
+
+
+def torch_requirement() -> str:
+    """The torch the image installs: this machine's version, as a CPU build. A GPU build asks for
+    its CPU twin (`+cpu`), as setup.sh takes the CPU build from PyTorch's CPU index: a GPU build's
+    import alone outgrows Gradescope's 768 MB. A GPU build is one with a local version of PyTorch's
+    GPU indexes (`+cu130`, `+rocm6.4`, `+xpu`) or, as PyPI's Linux wheels are, one that requires
+    NVIDIA's libraries (`nvidia-cudnn-cu13`, ...) under its plain version."""
+    version = importlib.metadata.version("torch")
+    public, _, local = version.partition("+")
+    nvidia = any(r.startswith("nvidia-") for r in importlib.metadata.requires("torch") or [])
+    gpu = local.startswith(("cu", "rocm", "xpu")) or nvidia
+    return f"torch=={public}+cpu" if gpu else f"torch=={version}"
+
+
 def _docker(*args: str, timeout: float = 1800, capture: bool = True) -> str:
     if shutil.which("docker") is None:
         raise RehearsalError("docker is not installed (Debian/Ubuntu: apt-get install docker.io)")
@@ -69,16 +87,21 @@ def _docker(*args: str, timeout: float = 1800, capture: bool = True) -> str:
 
 def download_wheels(bundle: zipfile.ZipFile) -> Path:
     """Every wheel setup.sh installs, fetched by this machine's pip (its own indexes and links).
-    torch is the version this machine grades with (a CPU build, as setup.sh takes from PyTorch's
-    CPU index), which the bundle's range admits; a plain index would offer its newest CUDA build."""
+    torch is the version this machine grades with, a CPU build (`torch_requirement`), which the
+    bundle's range admits; a plain index would offer its newest CUDA build."""
     requirements = bundle.read("requirements.txt").decode().split()
-    torch = f"torch=={importlib.metadata.version('torch')}"
+    torch = torch_requirement()
     key = hashlib.sha256("\n".join([torch, *requirements]).encode()).hexdigest()[:16]
     folder = WHEELS_CACHE / f"wheels-{key}"  # kept: the next rehearsal of these requirements
     if (folder / "complete").exists():
         return folder
     done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:",
                            "-d", str(folder), torch, *requirements], capture_output=True, text=True)
+    if done.returncode != 0 and torch != f"torch=={importlib.metadata.version('torch')}":
+        raise NoCpuTorch(f"this machine grades with torch {importlib.metadata.version('torch')}, a GPU "
+                         f"build, and its pip found no {torch} for the image (Gradescope's setup.sh "
+                         f"installs the CPU build): add PyTorch's CPU index to pip's "
+                         f"--extra-index-url, or rehearse from a virtualenv with a CPU build")
     if done.returncode != 0:
         raise RehearsalError("pip could not download the bundle's requirements: "
                              + done.stderr.strip()[-1500:])

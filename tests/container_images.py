@@ -16,10 +16,11 @@ import signal
 import subprocess
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 from instructor.gradescope import build
-from instructor.rehearsal import build_image
+from instructor.rehearsal import build_image, download_wheels
 
 BASE_IMAGE = "grpo-base:bookworm"
 BASE_PACKAGES = "python3,python3-venv,python3-pip,libseccomp2,bubblewrap,ca-certificates"
@@ -112,15 +113,18 @@ def make_images(folder: Path) -> dict[str, str]:
     """{"student": tag, "check": tag}: the bundles' images (built into `folder`), on the base
     image, each made where this machine does not hold it yet. Raises RuntimeError where the base
     image is missing and this user cannot debootstrap one."""
+    bundles = {kind: folder / f"{kind}.zip" for kind in ("student", "check")}
+    for kind, bundle in bundles.items():
+        build(bundle, allow_reference=kind == "check")
+        with zipfile.ZipFile(bundle) as archive:
+            download_wheels(archive)  # first: a machine with no CPU torch build stops here, at once
     if not image_exists(BASE_IMAGE):
         if not can_make_base():
             raise RuntimeError(f"no image {BASE_IMAGE} and no root debootstrap to make one")
         _make_base()
     made = {}
-    for kind in ("student", "check"):
+    for kind, bundle in bundles.items():
         started = time.monotonic()
-        bundle = folder / f"{kind}.zip"
-        build(bundle, allow_reference=kind == "check")
         made[kind] = build_image(bundle, BASE_IMAGE)
         timed(f"docker build of the {kind} bundle (or the one made before)", started)
     return made

@@ -68,6 +68,42 @@ def test_setup_sh_is_valid_bash_and_installs_what_grading_needs(bundle, tmp_path
     assert "GRADESCOPE_ROOT:-/autograder" in (tmp_path / "run_autograder").read_text()
 
 
+NVIDIA = ['nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"', "filelock"]
+
+
+@pytest.mark.parametrize("installed, requires, asked", [
+    ("2.13.0+cpu", ["filelock"], "torch==2.13.0+cpu"),      # PyTorch's CPU index
+    ("2.13.0", ["filelock"], "torch==2.13.0"),              # macOS, Windows: PyPI's CPU wheel
+    ("2.14.1", NVIDIA, "torch==2.14.1+cpu"),                # PyPI's Linux wheel: a CUDA build
+    ("2.14.1+cu130", ["filelock"], "torch==2.14.1+cpu"), ("2.14.1+rocm6.4", [], "torch==2.14.1+cpu")])
+def test_the_rehearsal_image_gets_a_cpu_build_of_the_graders_torch(installed, requires, asked, monkeypatch,
+                                                                   tmp_path):
+    """setup.sh installs torch's CPU build on Gradescope; a GPU build's import alone outgrows 768 MB,
+    so a rehearsal from a GPU build asks pip for its CPU twin, and says so where there is none."""
+    from instructor import rehearsal
+
+    monkeypatch.setattr(rehearsal.importlib.metadata, "version", lambda name: installed)
+    monkeypatch.setattr(rehearsal.importlib.metadata, "requires", lambda name: requires)
+    assert rehearsal.torch_requirement() == asked
+    asked_pip = []
+
+    def pip_fails(argv, **kwargs):
+        asked_pip.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "ERROR: No matching distribution found")
+
+    monkeypatch.setattr(rehearsal.subprocess, "run", pip_fails)
+    monkeypatch.setattr(rehearsal, "WHEELS_CACHE", tmp_path)
+    archive = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("requirements.txt", "numpy\n")
+    with zipfile.ZipFile(archive) as bundle, pytest.raises(rehearsal.RehearsalError) as failure:
+        rehearsal.download_wheels(bundle)
+    assert asked in asked_pip[0] and "numpy" in asked_pip[0]
+    gpu_build = asked != f"torch=={installed}"
+    assert isinstance(failure.value, rehearsal.NoCpuTorch) == gpu_build
+    assert ("CPU build" in str(failure.value)) == gpu_build
+
+
 def test_bad_flags_are_usage_errors_naming_the_flag(tmp_path, capsys):
     for argv, flag in ((["build"], "--out"), (["--out", str(tmp_path / "a.tar")], "--out"),
                        (["--out", str(tmp_path / "no" / "a.zip")], "--out")):
