@@ -101,7 +101,8 @@ def download_wheels(bundle: zipfile.ZipFile) -> Path:
         raise NoCpuTorch(f"this machine grades with torch {importlib.metadata.version('torch')}, a GPU "
                          f"build, and its pip found no {torch} for the image (Gradescope's setup.sh "
                          f"installs the CPU build): add PyTorch's CPU index to pip's "
-                         f"--extra-index-url, or rehearse from a virtualenv with a CPU build")
+                         f"--extra-index-url, or rehearse from a virtualenv with a CPU build "
+                         f"(pip: {done.stderr.strip()[-300:]})")
     if done.returncode != 0:
         raise RehearsalError("pip could not download the bundle's requirements: "
                              + done.stderr.strip()[-1500:])
