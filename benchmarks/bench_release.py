@@ -13,21 +13,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from course.cli import Parser, flag_type, out_of_range
-from instructor.nbgrader_release import (
-    ASSIGNMENT,
-    NBGRADER_CONFIG,
-    generate_release,
-    run_nbgrader,
-    solution_notebooks,
-    write_registry_points,
-)
+from instructor.nbgrader_release import generate_release, solution_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
@@ -45,17 +37,9 @@ def course_release(out: Path) -> Path:
 
 
 def nbgrader_with_gradebook(out: Path) -> Path:
-    """nbgrader's own command in a course folder, as its docs lay it out: with its gradebook."""
-    course_dir = out / "course"
-    source = course_dir / "source" / ASSIGNMENT
-    source.mkdir(parents=True)
-    (course_dir / "nbgrader_config.py").write_text(NBGRADER_CONFIG)
-    for notebook in solution_notebooks(SOLUTIONS):
-        shutil.copyfile(notebook, source / notebook.name)
-    write_registry_points(sorted(source.glob("*.ipynb")))
-    run_nbgrader(["generate_assignment", ASSIGNMENT, "--force"], course_dir)
-    assert (course_dir / "gradebook.db").exists()
-    return course_dir / "release" / ASSIGNMENT
+    """The same release with the gradebook nbgrader's own command makes first."""
+    generate_release(SOLUTIONS, out, gradebook=True)
+    return out
 
 
 VARIANTS = {"instructor.release (--no-db)": course_release,
