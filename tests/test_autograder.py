@@ -7,6 +7,7 @@ Each submission is graded only on its own functions, two gradings at a time (one
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,7 @@ MUTANTS = {
     "plain_path_uses_chunked_head": ("get_response_log_probs", "log_probs match the reference",
                                      "called the given chunked head"),
 }
+MEMORY_CHECK = "chunked scoring saves about one chunk of logits"
 # submissions that implement nothing, whatever they raise or return: at most 5% of the points
 DO_NOTHING = ("raises_value_error", "returns_zeros", "not_implemented")
 ALTERNATIVES = {
@@ -266,9 +268,26 @@ def test_a_wrong_denominator_is_not_called_a_leak(mutant_grades):
     assert "multiplying by the mask" not in leak[0]["output"]
 
 
+def test_chunk_without_recomputation_loses_exactly_the_memory_check(mutant_grades):
+    """The saved-bytes check is the only one a chunked head that keeps every chunk's logits fails
+    (its values are right): one point, with the fix named (tests/test_memory_check.py counts the
+    bytes themselves)."""
+    graded = mutant_grades["chunk_no_recompute"]
+    failed = {name: r["output"] for name, r in graded["results"].items() if r["status"] == "failed"}
+    assert list(failed) == [n for n in graded["results"] if MEMORY_CHECK in n], failed
+    assert "recompute each chunk's logits in backward" in next(iter(failed.values()))
+    assert graded["score"] == graded["max_score"] - 1
+
+
+@pytest.fixture(scope="module")
+def alternative_grades() -> dict:
+    return _grade_all({name: ((str(CASES / name), functions), {}) for name, functions in ALTERNATIVES.items()},
+                      shared=True)
+
+
 @pytest.mark.parametrize("name", sorted(ALTERNATIVES))
-def test_independent_correct_implementations_get_full_marks(name):
-    graded = grade(str(CASES / name), ALTERNATIVES[name])
+def test_independent_correct_implementations_get_full_marks(name, alternative_grades):
+    graded = alternative_grades[name]
     failed = {n: r["output"] for n, r in graded["results"].items() if r["status"] == "failed"}
     assert not failed and graded["score"] == graded["max_score"] > 0
 
@@ -315,10 +334,16 @@ def test_blank_release_notebook_scores_zero_without_crash(tmp_path):
 
 
 def test_cli_grades_the_reference_with_full_marks_and_results_json(tmp_path):
+    """Run under the default CPU capability where the CPU has a wider one: the trusted side's maths
+    (SIMD width) then differ from the worker's, which runs the native one (tests/test_portability.py)."""
+    import torch
+
+    native = torch.backends.cpu.get_cpu_capability().lower()
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"} if native != "default" else None
     results = tmp_path / "results.json"
     run = subprocess.run([sys.executable, "-m", "pytest", "autograder", "--submission", "course",
                           "--results", str(results), "-q", "-p", "no:cacheprovider"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
     document = json.loads(results.read_text())
     assert document["score"] == sum(t["max_score"] for t in document["tests"]) > 50
