@@ -1,4 +1,4 @@
-"""One sandbox template per test thread, shared by the gradings of test submissions.
+"""Sandbox templates shared by the gradings of test submissions, one per grading at a time.
 
 A grading spends most of its CPU starting its template (a sandboxed Python importing torch and
 transformers: about 2 of the 2.4 core-seconds a one-function grading takes). The template never
@@ -19,6 +19,7 @@ gradings, the attacks of tests/test_autograder.py and the isolation tests.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from autograder.api import grade
 from autograder.trusted.grader import ROOT
@@ -47,16 +48,27 @@ class SharedTemplate(Sandbox):
 
 
 class SharedTemplates:
-    """`grade` with this thread's template, started at its first grading; ends them all on exit.
-    A template shows none of a submission's folders, which fits notebooks and .py files (an
-    importable module's grading starts its own: `Grader` closes a template that does not fit).
-    `memory_mb` and `tier` (an `isolation=` value) are the templates', so every grading's."""
+    """`grade` on a template of this pool: one per grading running at once, started at its first
+    grading and reused by the next; ends them all on exit. A template shows none of a submission's
+    folders, which fits notebooks and .py files (an importable module's grading starts its own:
+    `Grader` closes a template that does not fit). `memory_mb` and `tier` (an `isolation=` value)
+    are the templates', so every grading's.
 
-    def __init__(self, memory_mb: int = 6144, tier: str | None = None):
+    A template dies with the thread that started it (`PR_SET_PDEATHSIG`, so that it never outlives
+    its grader): `grade_all` grades on this object's own threads, which live as long as it does;
+    a thread that calls `grade` itself must outlive the gradings that follow."""
+
+    def __init__(self, memory_mb: int = 6144, tier: str | None = None, threads: int = 2):
         self.memory_mb, self.tier = memory_mb, tier
-        self.local = threading.local()
         self.all: list[SharedTemplate] = []
+        self.free: list[SharedTemplate] = []
         self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(threads)
+
+    def grade_all(self, jobs: dict) -> dict:
+        """{key: (args, kwargs) of `grade`} -> {key: its result}, as many at once as threads."""
+        futures = {key: self.pool.submit(self.grade, *args, **kwargs) for key, (args, kwargs) in jobs.items()}
+        return {key: future.result() for key, future in futures.items()}
 
     def grade(self, submission: str, functions=None, **kwargs) -> dict:
         # the template's limit is every grading's; another tier's grading starts its own
@@ -64,12 +76,18 @@ class SharedTemplates:
             raise ValueError(f"memory_mb={kwargs['memory_mb']}: these templates hold "
                              f"{self.memory_mb} MB")
         kwargs.setdefault("isolation", self.tier or "auto")
-        if not hasattr(self.local, "template"):
-            self.local.template = SharedTemplate(ROOT, "cpu", self.memory_mb, isolated=True,
-                                                 tier=isolation_tier(ROOT, kwargs["isolation"])[0])
+        with self.lock:
+            template = self.free.pop() if self.free else None
+        if template is None:
+            template = SharedTemplate(ROOT, "cpu", self.memory_mb, isolated=True,
+                                      tier=isolation_tier(ROOT, kwargs["isolation"])[0])
             with self.lock:
-                self.all.append(self.local.template)
-        return grade(submission, functions, sandbox=self.local.template, **kwargs)
+                self.all.append(template)
+        try:
+            return grade(submission, functions, sandbox=template, **kwargs)
+        finally:
+            with self.lock:
+                self.free.append(template)
 
     def __enter__(self) -> SharedTemplates:
         return self
@@ -77,3 +95,4 @@ class SharedTemplates:
     def __exit__(self, *exc) -> None:
         for template in self.all:
             template.shutdown()
+        self.pool.shutdown()

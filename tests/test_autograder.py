@@ -18,6 +18,7 @@ import pytest
 from shared_template import SharedTemplates
 
 from autograder.api import grade
+from course.registry import GRADED_FUNCTIONS
 
 pytestmark = pytest.mark.slow  # each grading starts a worker (~4 s); about 2 min for the module (2 cores)
 
@@ -121,19 +122,27 @@ ATTACKS = ("patch_torch", "os_exit", "sys_exit", "fake_output", "results_json", 
            "memory_bomb", "equal_tensor", "read_fixtures", "delegate", "patch_pytest")  # + conftest, below
 
 
-def _grade_all(jobs: dict, shared: bool = False) -> dict:
-    """Two gradings at a time; `shared`: on one template per thread (benign submissions only,
-    `tests/shared_template.py`), else each on its own, as the product grades."""
-    with SharedTemplates() as templates, ThreadPoolExecutor(max_workers=2) as pool:
-        grader = templates.grade if shared else grade
-        futures = {key: pool.submit(grader, *args, **kwargs) for key, (args, kwargs) in jobs.items()}
+@pytest.fixture(scope="module")
+def templates():
+    """The module's two shared templates (`tests/shared_template.py`), for the gradings of
+    submissions that attack nothing: the attacks below get a template each, as the product does."""
+    with SharedTemplates() as shared:
+        yield shared
+
+
+def _grade_all(jobs: dict, templates: SharedTemplates | None = None) -> dict:
+    """Two gradings at a time: on `templates`, or each on a template of its own."""
+    if templates:
+        return templates.grade_all(jobs)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(grade, *args, **kwargs) for key, (args, kwargs) in jobs.items()}
         return {key: future.result() for key, future in futures.items()}
 
 
 @pytest.fixture(scope="module")
-def mutant_grades() -> dict:
+def mutant_grades(templates) -> dict:
     return _grade_all({bug: ((str(CASES / f"mutant_{bug}.py"), (function,)), {"seed": 1234})
-                       for bug, (function, _, _) in MUTANTS.items()}, shared=True)
+                       for bug, (function, _, _) in MUTANTS.items()}, templates)
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +186,9 @@ def test_every_gate_is_a_value_check_of_the_same_function():
 
 
 @pytest.fixture(scope="module")
-def do_nothing_grades() -> dict:
+def do_nothing_grades(templates) -> dict:
     return _grade_all({name: ((str(CASES / f"nothing_{name}.py"),), {"seed": 99}) for name in DO_NOTHING},
-                      shared=True)
+                      templates)
 
 
 @pytest.mark.parametrize("name", DO_NOTHING)
@@ -280,9 +289,9 @@ def test_chunk_without_recomputation_loses_exactly_the_memory_check(mutant_grade
 
 
 @pytest.fixture(scope="module")
-def alternative_grades() -> dict:
+def alternative_grades(templates) -> dict:
     return _grade_all({name: ((str(CASES / name), functions), {}) for name, functions in ALTERNATIVES.items()},
-                      shared=True)
+                      templates)
 
 
 @pytest.mark.parametrize("name", sorted(ALTERNATIVES))
@@ -309,8 +318,6 @@ def test_attack_diagnoses_name_what_happened(attack_grades):
 
 
 def _blank_notebook(path: Path) -> None:
-    from course.registry import GRADED_FUNCTIONS
-
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
               "source": "import torch\nfrom course.models import build_tokenizer\n"},
              {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
@@ -390,13 +397,11 @@ def test_dropped_conftest_and_edited_grader_do_not_survive_into_the_next_run(tmp
     assert honest.returncode == 0 and document["score"] == sum(t["max_score"] for t in document["tests"]) > 0
 
 
-def test_solution_notebooks_are_the_reference_and_release_notebooks_zero():
+def test_solution_notebooks_are_the_reference_and_release_notebooks_zero(templates):
     """The real notebooks: read (not run) from solutions/ and notebooks/ (nbgrader release)."""
-    if not (ROOT / "solutions").is_dir() or not (ROOT / "notebooks").is_dir():
-        pytest.skip("the notebooks are not there yet")
     graded = _grade_all({"solutions": ((str(ROOT / "solutions"),), {}),
                          "checked": ((str(ROOT / "solutions"),), {"allow_reference": True}),
-                         "notebooks": ((str(ROOT / "notebooks"),), {})})
+                         "notebooks": ((str(ROOT / "notebooks"),), {})}, templates)
     solutions, checked, release = graded["solutions"], graded["checked"], graded["notebooks"]
     # solutions/ holds the course's own functions (tests/test_one_implementation.py): read as a
     # student's submission, every graded function is a pasted copy of the reference and earns
@@ -406,6 +411,8 @@ def test_solution_notebooks_are_the_reference_and_release_notebooks_zero():
     assert solutions["score"] == 0 and len(failed) == len(solutions["results"]) - \
         sum(r["status"] == "skipped" for r in solutions["results"].values())
     assert all("is a copy of the reference" in output for output in failed.values()), failed
+    functions = {name.split(":")[0] for name in solutions["results"]}
+    assert functions == set(GRADED_FUNCTIONS), set(GRADED_FUNCTIONS) ^ functions  # each one, flagged
     lost = {n: r["output"][:300] for n, r in checked["results"].items() if r["status"] == "failed"}
     assert checked["score"] == checked["max_score"] > 50, lost
     assert "--allow-reference" in checked["isolation"]

@@ -232,18 +232,20 @@ def autograded(kernel_environment, tmp_path_factory):  # noqa: F811
     return course_dir
 
 
-def _autograder_stage_score(notebook: Path, tmp_path: Path, env: dict) -> tuple[float, float]:
-    """`pytest autograder` of one notebook, its stage's checks selected with -k (as a grader who
-    grades one stage does), summed over that stage."""
-    results = tmp_path / f"{notebook.stem}.json"
-    functions = STAGES[STAGE_OF_NOTEBOOK[notebook.name]]
-    command = [sys.executable, "-m", "pytest", "autograder", "--submission", str(notebook),
+def _autograder_stage_scores(folder: Path, tmp_path: Path, env: dict) -> dict[str, tuple[float, float]]:
+    """`pytest autograder` of a submitted folder, the checks of its notebooks' stages selected with
+    -k (as a grader who grades those stages does): {notebook: (score, max) summed over its stage}."""
+    results = tmp_path / f"{folder.parent.name}.json"
+    stages = {name: STAGES[STAGE_OF_NOTEBOOK[name]] for name in FAST}
+    command = [sys.executable, "-m", "pytest", "autograder", "--submission", str(folder),
                "--results", str(results), "--allow-reference", "-p", "no:cacheprovider", "-q",
-               "-k", " or ".join(functions)]
+               "-k", " or ".join(f for functions in stages.values() for f in functions)]
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert results.exists(), f"no results.json:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    tests = [t for t in json.loads(results.read_text())["tests"] if t["name"].split(":")[0] in functions]
-    return sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
+    tests = json.loads(results.read_text())["tests"]
+    return {name: (sum(t["score"] for t in tests if t["name"].split(":")[0] in functions),
+                   sum(t["max_score"] for t in tests if t["name"].split(":")[0] in functions))
+            for name, functions in stages.items()}
 
 
 @pytest.mark.slow
@@ -251,13 +253,13 @@ def _autograder_stage_score(notebook: Path, tmp_path: Path, env: dict) -> tuple[
 def test_nbgrader_and_pytest_autograder_give_the_same_points(student, autograded, kernel_environment,  # noqa: F811
                                                              tmp_path):
     scores = gradebook_scores(autograded, student, list(FAST))
+    graded = _autograder_stage_scores(autograded / "submitted" / student / ASSIGNMENT, tmp_path,
+                                      kernel_environment)
     for name in FAST:
-        submitted = autograded / "submitted" / student / ASSIGNMENT / name
         nbgrader_score, nbgrader_max = scores[name]
         expected_max = sum(POINTS[f] for f in STAGES[STAGE_OF_NOTEBOOK[name]])
         assert nbgrader_max == expected_max, (name, nbgrader_max)
-        assert _autograder_stage_score(submitted, tmp_path, kernel_environment) == \
-            (nbgrader_score, nbgrader_max), name
+        assert graded[name] == (nbgrader_score, nbgrader_max), name
         if student == "mutant" and name == FAST[0]:
             assert 0 < nbgrader_score < nbgrader_max, nbgrader_score
         else:

@@ -12,7 +12,7 @@ Convention for an attack entry (the harness finds them; nothing else needs regis
 
 Each attack is graded with `official=True` (no sandbox, no test: the module is skipped) in each
 isolation tier that holds here, forced with `isolation=` (bubblewrap; Landlock and seccomp), each
-tier graded once for all the tests, on one template per grading thread (tests/shared_template.py
+tier graded once for all the tests, on one template per grading at a time (tests/shared_template.py
 says why that tries what a template of its own would), and the tests assert, with the same
 assertions in both, that
   - it earns no more than `honest` points;
@@ -39,7 +39,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,18 +217,16 @@ def red_team(request) -> dict:
     try:
         started = time.monotonic()
         with our_gradings() as ours:
-            # one template per thread (tests/shared_template.py), ended before the leftovers
-            # are looked for; the later gradings below start their own, as the product does
-            with SharedTemplates(GRADING["memory_mb"], tier) as templates, \
-                    ThreadPoolExecutor(max_workers=2) as pool:
+            # one template per grading at a time (tests/shared_template.py), ended before the
+            # leftovers are looked for; the later gradings below start their own, as the product does
+            with SharedTemplates(GRADING["memory_mb"], tier) as templates:
                 # the stage-apart attacks relay the reference with exec, which the copy rule
                 # alone zeroes: they are graded with copies allowed, so that what stops them is
                 # isolation
-                futures = {entry.name: pool.submit(
-                    templates.grade, str(entry), read_header(entry)["functions"], official=True,
-                    allow_reference=entry.name.startswith("stages_"), **GRADING)
-                    for entry in ENTRIES}
-                graded = {name: future.result() for name, future in futures.items()}
+                graded = templates.grade_all({entry.name: (
+                    (str(entry), read_header(entry)["functions"]),
+                    {"official": True, "allow_reference": entry.name.startswith("stages_"), **GRADING})
+                    for entry in ENTRIES})
         elapsed = time.monotonic() - started
     finally:
         for server in servers:
