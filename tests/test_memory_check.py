@@ -1,6 +1,5 @@
 """The CPU memory check of chunked scoring: saved-for-backward bytes, counted with saved-tensor hooks."""
 
-
 import torch
 
 from autograder.protocol.saved_bytes import SavedBytes
