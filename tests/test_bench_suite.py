@@ -1,0 +1,81 @@
+"""benchmarks/bench_suite.py: each process is counted under its kind, with only the CPU it spent
+while the command ran, and the rows add up to the machine's busy time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_suite  # noqa: E402
+from bench_suite import CLI, UNSEEN, Seen, classify, main, sample, table_rows  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")
+
+VENV = "/home/ada/grpo/.venv/bin/python3"
+
+
+@pytest.mark.parametrize("argv, kind", [
+    ([VENV, "-I", "-B", "/home/ada/grpo/autograder/untrusted/worker.py", "13", "/home/ada/grpo"],
+     "sandbox template"),
+    ([VENV, "-m", "ipykernel_launcher", "-f", "/tmp/kernel-1.json"], "Jupyter kernel"),
+    ([VENV, "/home/ada/grpo/.venv/bin/pytest", "autograder", "--submission", "sub.py"], CLI),
+    ([VENV, "-m", "pytest", "autograder", "-k", "tokenize"], CLI),
+    ([VENV, "-u", "-c", "import sys;exec(eval(sys.stdin.readline()))"], "pytest-xdist worker"),
+    ([VENV, "/home/ada/grpo/.venv/bin/pytest", "-n", "2", "tests/test_batch.py"], "pytest (the main"),
+    ([VENV, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=8)"],
+     "multiprocessing child"),
+    ([VENV, "-m", "instructor.batch", "class/", "--csv", "g.csv"], "python -m instructor"),
+    ([VENV, "-m", "nbgrader", "autograde", "ps1"], "nbgrader"),
+    ([VENV, "-m", "course.train", "--steps", "2"], "python -m course.train"),
+    (["/usr/sbin/dockerd"], "Docker"),
+    ([VENV, "-c", "print(1)"], "other Python"),
+    (["/usr/bin/bwrap", "--unshare-all"], "other"),
+])
+def test_each_process_is_counted_under_its_kind(argv, kind):
+    assert classify(argv).startswith(kind), classify(argv)
+
+
+def test_a_child_is_counted_with_the_cpu_it_spent_and_a_running_process_only_from_the_start():
+    table: dict = {}
+    sample(table, time.monotonic(), before=True)  # this process ran long before: torch, pytest
+    # a second of CPU, then a sleep: the samples during the sleep read its whole CPU time, however
+    # long a busy machine keeps this sampler waiting
+    burn = "import time\nwhile time.process_time() < 1.0: pass\ntime.sleep(1.5)"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    while child.poll() is None:
+        sample(table, time.monotonic())
+        time.sleep(0.02)
+    started = time.process_time()
+    while time.process_time() - started < 0.3:
+        pass
+    sample(table, time.monotonic())
+    theirs = next(s for (pid, _), s in table.items() if pid == child.pid)
+    assert theirs.kind == "other Python" and 0.95 <= theirs.spent <= 1.2, theirs
+    mine = next(s for (pid, _), s in table.items() if pid == bench_suite.os.getpid())
+    assert 0.25 <= mine.spent < mine.cpu, mine  # its CPU before the start is not counted
+
+
+def test_rows_add_up_to_the_machine_and_the_largest_comes_first():
+    table = {(1, "1"): Seen("Jupyter kernel", "k", 9.0, 0, 1, before=1.0),
+             (2, "2"): Seen(CLI, "c", 3.0, 0, 1),
+             (3, "3"): Seen(CLI, "c", 4.0, 0, 1),
+             (4, "4"): Seen("other", "idle", 5.0, 0, 1, before=5.0)}
+    rows = table_rows(table, busy=20.0)
+    assert rows == [("Jupyter kernel", 1, 8.0), (CLI, 2, 7.0), (UNSEEN, 0, 5.0)]
+
+
+def test_bad_flags_are_usage_errors_naming_the_flag_and_nothing_is_overwritten(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--interval", "0"])
+    assert exit_info.value.code == 2 and "--interval" in capsys.readouterr().err
+    kept = tmp_path / "procs.tsv"
+    kept.write_text("an earlier run\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--profile", str(kept), "--", "true"])
+    assert exit_info.value.code == 2 and "--profile" in capsys.readouterr().err
+    assert kept.read_text() == "an earlier run\n"
