@@ -46,6 +46,7 @@ import tempfile
 import time
 
 import torch
+from machine import cpu_model
 
 METHODS = ("log_softmax", "trl", "gather_lse", "chunked", "cce", "decoder")
 OPTIONAL = {"trl": "trl", "cce": "cut_cross_entropy"}  # method -> the module it needs
@@ -167,12 +168,7 @@ def run_timing(args: argparse.Namespace, methods: list[str], output: str) -> Non
 
 
 def describe_machine(device: str) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     text = (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.system()}, "
             f"load average {os.getloadavg()[0]:.1f}")
     if device == "cuda":

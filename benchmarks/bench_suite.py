@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from machine import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_COMMAND = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadscope", "-q"]
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -130,12 +132,7 @@ def import_torch_seconds(runs: int = 3) -> float:
 
 
 def describe_machine(torch_seconds: float) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
             f"load average {os.getloadavg()[0]:.1f} at the start, "
             f"`import torch` {torch_seconds:.2f} core-s")
