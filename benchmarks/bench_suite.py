@@ -1,6 +1,6 @@
 """Where the test suite's CPU goes: core-seconds by kind of process, and the machine it ran on.
 
-Runs a command (by default the README's test command) and samples /proc every `--interval`
+Runs a command in the repository's root (by default the README's test command) and samples /proc every `--interval`
 seconds: each process's own CPU time (utime + stime, Linux's /proc/PID/stat), grouped by what the
 process is (a sandbox template and its stage children, a Jupyter kernel, a `pytest autograder`
 CLI, a pytest-xdist worker, ...). The whole machine's busy time over the run (/proc/stat) is the
@@ -40,18 +40,15 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # template and keeps its command line, so the two are one kind
 KINDS = (
     ("autograder/untrusted/worker.py", "sandbox template and its stage children"),
-    ("ipykernel_launcher", "Jupyter kernel"),
+    ("-m ipykernel_launcher", "Jupyter kernel"),
     ("exec(eval(sys.stdin.readline()))", "pytest-xdist worker (tests run in process)"),
-    ("spawn_main", "multiprocessing child (batch jobs, data-parallel ranks)"),
-    ("instructor.", "python -m instructor.* (batch, release, gradescope)"),
-    ("nbgrader", "nbgrader"),
-    ("course.train", "python -m course.train"),
-    ("benchmarks/", "benchmark script"),
-    ("dockerd", "Docker (daemon, build, containers)"),
-    ("containerd", "Docker (daemon, build, containers)"),
-    ("docker", "Docker (daemon, build, containers)"),
-    ("runc", "Docker (daemon, build, containers)"),
+    ("spawn_main(", "multiprocessing child (batch jobs, data-parallel ranks)"),
+    ("-m instructor.", "python -m instructor.* (batch, release, gradescope)"),
+    ("-m nbgrader", "nbgrader"),
+    ("-m course.train", "python -m course.train"),
+    ("benchmarks/bench_", "benchmark script"),
 )
+DOCKER = ("docker", "containerd", "runc")  # the programs' names begin so
 CLI = "pytest autograder (the grading CLI)"
 SAMPLER = "this sampler (bench_suite.py)"
 UNSEEN = "not seen by a sample (short-lived processes, kernel threads, CPU after a last sample)"
@@ -67,9 +64,12 @@ def classify(argv: list[str]) -> str:
     for needle, kind in KINDS:
         if needle in line:
             return kind
-    if "pytest" in line:
-        return "pytest (the main process)"
-    if words and words[0].startswith("python"):
+    program = words[:2] if words and words[0].startswith("python") else words[:1]
+    if any(word in ("pytest", "py.test", "nbgrader") for word in program) or "-m pytest" in line:
+        return "nbgrader" if "nbgrader" in program else "pytest (the main process)"
+    if words and words[0].startswith(DOCKER):
+        return "Docker (daemon, build, containers)"
+    if program and program[0].startswith("python"):
         return "other Python"
     return "other"
 
@@ -131,10 +131,9 @@ def import_torch_seconds(runs: int = 3) -> float:
     return statistics.median(times)
 
 
-def describe_machine(torch_seconds: float) -> str:
-    cpu = cpu_model()
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"load average {os.getloadavg()[0]:.1f} at the start, "
+def describe_machine(torch_seconds: float, load: float) -> str:
+    return (f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"load average {load:.1f} at the start, "
             f"`import torch` {torch_seconds:.2f} core-s")
 
 
@@ -176,12 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("needs Linux's /proc")
     if args.profile and args.profile.exists():
         parser.error(f"--profile {args.profile} exists: nothing is overwritten")
-    torch_seconds = import_torch_seconds()
-    print(f"machine: {describe_machine(torch_seconds)}", flush=True)
+    if args.profile and not args.profile.parent.is_dir():
+        parser.error(f"--profile {args.profile}: no folder {args.profile.parent}")
+    load = os.getloadavg()[0]
+    try:
+        torch_seconds = import_torch_seconds()
+    except subprocess.CalledProcessError:
+        parser.error(f"`import torch` fails in {sys.executable}: install the project first")
+    print(f"machine: {describe_machine(torch_seconds, load)}", flush=True)
     table: dict = {}
     started, busy_before = time.monotonic(), busy_seconds()
     sample(table, started, before=True)
-    child = subprocess.Popen(args.command or DEFAULT_COMMAND, cwd=ROOT)
+    try:
+        child = subprocess.Popen(args.command or DEFAULT_COMMAND, cwd=ROOT)
+    except OSError as exc:
+        parser.error(f"command {args.command[0]!r}: {exc.strerror}")
     try:
         while child.poll() is None:
             sample(table, time.monotonic())

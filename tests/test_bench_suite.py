@@ -35,6 +35,8 @@ VENV = "/home/ada/grpo/.venv/bin/python3"
     (["/usr/sbin/dockerd"], "Docker"),
     ([VENV, "-c", "print(1)"], "other Python"),
     (["/usr/bin/bwrap", "--unshare-all"], "other"),
+    (["tar", "-C", "/tmp/pytest-of-ada/pytest-3/docker-rootfs", "-c", "."], "other"),  # paths say nothing
+    ([VENV, "-c", "open('/tmp/nbgrader_course/x')"], "other Python"),
 ])
 def test_each_process_is_counted_under_its_kind(argv, kind):
     assert classify(argv).startswith(kind), classify(argv)
@@ -79,3 +81,6 @@ def test_bad_flags_are_usage_errors_naming_the_flag_and_nothing_is_overwritten(t
         main(["--profile", str(kept), "--", "true"])
     assert exit_info.value.code == 2 and "--profile" in capsys.readouterr().err
     assert kept.read_text() == "an earlier run\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--profile", str(tmp_path / "nowhere" / "procs.tsv"), "--", "true"])
+    assert exit_info.value.code == 2 and "--profile" in capsys.readouterr().err
