@@ -3,6 +3,7 @@ while the command ran, and the rows add up to the machine's busy time."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import bench_suite  # noqa: E402
 from bench_suite import CLI, UNSEEN, Seen, classify, main, sample, table_rows  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")
@@ -58,7 +58,7 @@ def test_a_child_is_counted_with_the_cpu_it_spent_and_a_running_process_only_fro
     sample(table, time.monotonic())
     theirs = next(s for (pid, _), s in table.items() if pid == child.pid)
     assert theirs.kind == "other Python" and 0.95 <= theirs.spent <= 1.2, theirs
-    mine = next(s for (pid, _), s in table.items() if pid == bench_suite.os.getpid())
+    mine = next(s for (pid, _), s in table.items() if pid == os.getpid())
     assert 0.25 <= mine.spent < mine.cpu, mine  # its CPU before the start is not counted
 
 
