@@ -19,7 +19,6 @@ Usage (Linux only):
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import resource
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import cpu_model
+
+from autograder.options import Parser, seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_COMMAND = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadscope", "-q"]
@@ -158,16 +159,9 @@ def print_table(rows: list[tuple[str, int, float]], wall: float, busy: float, co
         print(f"| {kind} | {count or ''} | {cpu:.1f} | {cpu / busy:.0%} |")
 
 
-def positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--interval", type=positive, default=0.5, help="seconds between samples")
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("--interval", type=seconds, default=0.5, help="seconds between samples")
     parser.add_argument("--profile", type=Path, help="also write every process seen, as TSV")
     parser.add_argument("command", nargs="*", help="after --: the command (default: the README's)")
     args = parser.parse_args(argv)
