@@ -7,6 +7,11 @@ CLI, a pytest-xdist worker, ...). The whole machine's busy time over the run (/p
 total; what the samples missed (processes that lived less than an interval, the CPU a process
 spent after its last sample, kernel threads) is its own row, so the rows add up to the total.
 
+Where the command runs pytest, a second table gives the core-seconds by test module, each test's
+in its own process and in the processes it started and waited for (`cpu_by_test.py`, a plugin
+loaded with `-p benchmarks.cpu_by_test`; the suite's processes see the repository on PYTHONPATH,
+where the project's editable install puts it anyway); `--tests FILE` writes every test's.
+
 The suite is CPU-bound on a small machine, so its wall time is about its core-seconds divided by
 the cores, and a machine's speed moves both. The machine line therefore carries a reference any
 machine can repeat: the CPU time of `python -c "import torch"` (median of 3), which every
@@ -15,6 +20,7 @@ process that grades, trains or runs a notebook pays first.
 Usage (Linux only):
     python benchmarks/bench_suite.py                        # the README's `pytest -n 2 --dist loadscope`
     python benchmarks/bench_suite.py --profile procs.tsv -- pytest -m "not slow" -n 2 --dist loadscope
+    python benchmarks/bench_suite.py --tests tests.tsv      # and every test's core-seconds
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cpu_by_test import FOLDER_VARIABLE, by_module, read_tests
 from machine import cpu_model
 
 from autograder.options import Parser, seconds
@@ -52,6 +61,7 @@ KINDS = (
 DOCKER = ("docker", "containerd", "runc")  # the programs' names begin so
 CLI = "pytest autograder (the grading CLI)"
 SAMPLER = "this sampler (bench_suite.py)"
+TOP_MODULES = 15  # rows of the test-module table; the others are one row
 UNSEEN = "not seen by a sample (short-lived processes, kernel threads, CPU after a last sample)"
 
 
@@ -112,6 +122,11 @@ def sample(table: dict[tuple[int, str], Seen], now: float, before: bool = False)
         table[key] = Seen(classify(argv), " ".join(argv), cpu, now, now, cpu if before else 0.0)
 
 
+def one_line(command: str) -> str:
+    """A command line as one TSV field (a `python -c` program may hold tabs and newlines)."""
+    return " ".join(command.split())
+
+
 def busy_seconds() -> float:
     """The whole machine's busy CPU time so far (/proc/stat: user, nice, system, irq, softirq, steal)."""
     with open("/proc/stat") as handle:
@@ -159,50 +174,126 @@ def print_table(rows: list[tuple[str, int, float]], wall: float, busy: float, co
         print(f"| {kind} | {count or ''} | {cpu:.1f} | {cpu / busy:.0%} |")
 
 
+def with_test_plugin(command: list[str]) -> list[str] | None:
+    """`command` with `cpu_by_test` loaded, where it runs pytest (`pytest ...`, `python -m pytest
+    ...`); None where it does not."""
+    words = [Path(a).name for a in command]
+    if words[:1] in (["pytest"], ["py.test"]):
+        at = 1
+    elif words[:1] and words[0].startswith("python") and words[1:3] == ["-m", "pytest"]:
+        at = 3
+    else:
+        return None
+    return command[:at] + ["-p", "benchmarks.cpu_by_test"] + command[at:]
+
+
+def print_modules(tests: list[tuple[str, float, float, float]], busy: float) -> None:
+    """The core-seconds by test module, the most first; the rest of the machine's busy time is
+    outside any test (start-up, collection, processes no test waited for)."""
+    modules = by_module(tests)
+    shown, others = modules[:TOP_MODULES], modules[TOP_MODULES:]
+    if others:
+        shown.append((f"{len(others)} other modules", sum(m[1] for m in others),
+                      sum(m[2] for m in others), sum(m[3] for m in others)))
+    print("\n| test module | tests | core-s in its process | in processes it waited for | share |")
+    print("|---|---|---|---|---|")
+    for module, count, own, children in shown:
+        print(f"| {module} | {count} | {own:.1f} | {children:.1f} | {(own + children) / busy:.0%} |")
+    outside = max(0.0, busy - sum(own + children for _, _, own, children in modules))
+    print(f"| outside any test (start-up, collection, processes no test waited for) | | "
+          f"{outside:.1f} | | {outside / busy:.0%} |")
+
+
+def _new_file(parser: Parser, flag: str, path: Path | None) -> None:
+    """A file this run writes: never one that exists, and in a folder that does."""
+    if path and path.exists():
+        parser.error(f"{flag} {path} exists: nothing is overwritten")
+    if path and not path.parent.is_dir():
+        parser.error(f"{flag} {path}: no folder {path.parent}")
+
+
+def run_sampled(parser: Parser, command: list[str], tests_folder: Path | None,
+                interval: float) -> tuple[int, float, float, dict]:
+    """Run `command` in the repository's root, sampling /proc every `interval` seconds, with
+    `cpu_by_test` writing into `tests_folder` where one is given. Returns (exit status, wall s,
+    the machine's busy core-s, {(pid, start): Seen})."""
+    env = dict(os.environ)
+    if tests_folder:
+        env[FOLDER_VARIABLE] = str(tests_folder)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    table: dict = {}
+    started, busy_before = time.monotonic(), busy_seconds()
+    sample(table, started, before=True)
+    try:
+        child = subprocess.Popen(command, cwd=ROOT, env=env)
+    except OSError as exc:
+        parser.error(f"command {command[0]!r}: {exc.strerror}")
+    try:
+        while child.poll() is None:
+            sample(table, time.monotonic())
+            time.sleep(interval)
+    except KeyboardInterrupt:  # Ctrl-C reached the command too: the table of what ran so far
+        child.wait()
+    for (pid, _), seen in table.items():
+        if pid == os.getpid():
+            seen.kind = SAMPLER
+    return child.returncode, time.monotonic() - started, busy_seconds() - busy_before, table
+
+
+def write_tests(path: Path, tests: list[tuple[str, float, float, float]]) -> None:
+    with path.open("x") as handle:
+        handle.write("test\twall_s\tcore_s_in_process\tcore_s_in_children\n")
+        for nodeid, wall, own, children in sorted(tests, key=lambda t: -(t[2] + t[3])):
+            handle.write(f"{nodeid}\t{wall:.2f}\t{own:.2f}\t{children:.2f}\n")
+
+
+def write_profile(path: Path, table: dict) -> None:
+    with path.open("x") as handle:
+        handle.write("pid\tkind\tcore_s\tfirst_s\tlast_s\tcommand\n")
+        first = min(seen.first for seen in table.values())
+        for (pid, _), seen in sorted(table.items(), key=lambda item: item[1].first):
+            if seen.spent > 0:
+                handle.write(f"{pid}\t{seen.kind}\t{seen.spent:.2f}\t{seen.first - first:.1f}\t"
+                             f"{seen.last - first:.1f}\t{one_line(seen.command)[:300]}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--interval", type=seconds, default=0.5, help="seconds between samples")
     parser.add_argument("--profile", type=Path, help="also write every process seen, as TSV")
+    parser.add_argument("--tests", type=Path, help="also write every test's core-seconds, as TSV "
+                        "(where the command runs pytest)")
     parser.add_argument("command", nargs="*", help="after --: the command (default: the README's)")
     args = parser.parse_args(argv)
     if not Path("/proc/stat").exists():
         parser.error("needs Linux's /proc")
-    if args.profile and args.profile.exists():
-        parser.error(f"--profile {args.profile} exists: nothing is overwritten")
-    if args.profile and not args.profile.parent.is_dir():
-        parser.error(f"--profile {args.profile}: no folder {args.profile.parent}")
+    _new_file(parser, "--profile", args.profile)
+    _new_file(parser, "--tests", args.tests)
+    plugged = with_test_plugin(args.command or DEFAULT_COMMAND)
+    if args.tests and plugged is None:
+        parser.error("--tests: the command does not run pytest")
     load = os.getloadavg()[0]
     try:
         torch_seconds = import_torch_seconds()
     except subprocess.CalledProcessError:
         parser.error(f"`import torch` fails in {sys.executable}: install the project first")
     print(f"machine: {describe_machine(torch_seconds, load)}", flush=True)
-    table: dict = {}
-    started, busy_before = time.monotonic(), busy_seconds()
-    sample(table, started, before=True)
+    folder = Path(tempfile.mkdtemp(prefix="bench-suite-tests-")) if plugged else None
     try:
-        child = subprocess.Popen(args.command or DEFAULT_COMMAND, cwd=ROOT)
-    except OSError as exc:
-        parser.error(f"command {args.command[0]!r}: {exc.strerror}")
-    try:
-        while child.poll() is None:
-            sample(table, time.monotonic())
-            time.sleep(args.interval)
-    except KeyboardInterrupt:  # Ctrl-C reached the command too: the table of what ran so far
-        child.wait()
-    wall, busy = time.monotonic() - started, busy_seconds() - busy_before
-    for (pid, _), seen in table.items():
-        if pid == os.getpid():
-            seen.kind = SAMPLER
-    print_table(table_rows(table, busy), wall, busy, child.returncode)
+        code, wall, busy, table = run_sampled(parser, plugged or args.command or DEFAULT_COMMAND,
+                                              folder, args.interval)
+        tests = read_tests(folder) if folder else []
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    print_table(table_rows(table, busy), wall, busy, code)
+    if tests:
+        print_modules(tests, busy)
+    if args.tests:
+        write_tests(args.tests, tests)
     if args.profile:
-        with args.profile.open("x") as handle:
-            handle.write("pid\tkind\tcore_s\tfirst_s\tlast_s\tcommand\n")
-            for (pid, _), seen in sorted(table.items(), key=lambda item: item[1].first):
-                if seen.spent > 0:
-                    handle.write(f"{pid}\t{seen.kind}\t{seen.spent:.2f}\t{seen.first - started:.1f}\t"
-                                 f"{seen.last - started:.1f}\t{seen.command[:300]}\n")
-    return child.returncode
+        write_profile(args.profile, table)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """benchmarks/bench_suite.py: each process is counted under its kind, with only the CPU it spent
-while the command ran, and the rows add up to the machine's busy time."""
+while the command ran, and the rows add up to the machine's busy time; each test is counted with
+the CPU of its process and of the processes it waited for (benchmarks/cpu_by_test.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_suite  # noqa: E402
 from bench_suite import CLI, UNSEEN, Seen, classify, main, sample, table_rows  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")
@@ -84,3 +87,63 @@ def test_bad_flags_are_usage_errors_naming_the_flag_and_nothing_is_overwritten(t
     with pytest.raises(SystemExit) as exit_info:
         main(["--profile", str(tmp_path / "nowhere" / "procs.tsv"), "--", "true"])
     assert exit_info.value.code == 2 and "--profile" in capsys.readouterr().err
+
+
+def test_main_refuses_tests_for_a_command_that_is_not_pytest(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tests", str(tmp_path / "tests.tsv"), "--", "true"])
+    assert exit_info.value.code == 2 and "--tests" in capsys.readouterr().err
+    assert not (tmp_path / "tests.tsv").exists()
+
+
+@pytest.mark.parametrize("command, loaded", [
+    (["pytest", "-q"], ["pytest", "-p", "benchmarks.cpu_by_test", "-q"]),
+    ([VENV, "-m", "pytest", "-n", "2"], [VENV, "-m", "pytest", "-p", "benchmarks.cpu_by_test", "-n", "2"]),
+    (["/usr/bin/true"], None),
+    ([VENV, "-m", "course.train"], None),
+])
+def test_the_plugin_is_loaded_where_the_command_runs_pytest(command, loaded):
+    assert bench_suite.with_test_plugin(command) == loaded
+
+
+def test_a_command_line_is_one_tsv_field():
+    assert bench_suite.one_line("python -c 'import os\n\tprint(1)'") == "python -c 'import os print(1)'"
+
+
+TWO_TESTS = """
+import subprocess, sys, time
+
+def burn(seconds):
+    started = time.process_time()
+    while time.process_time() - started < seconds:
+        pass
+
+def test_in_process():
+    burn(0.6)
+
+def test_in_a_child():
+    code = "import time\\nwhile time.process_time() < 0.6: pass"
+    subprocess.run([sys.executable, "-c", code], check=True)
+"""
+
+
+def test_each_test_is_counted_in_its_process_and_in_the_children_it_waited_for(tmp_path, monkeypatch,
+                                                                               capsys):
+    monkeypatch.setattr(bench_suite, "import_torch_seconds", lambda: 1.0)  # the machine line's
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the plugin writes
+    (tmp_path / "test_two.py").write_text(TWO_TESTS)
+    written = tmp_path / "tests.tsv"
+    code = main(["--interval", "0.2", "--tests", str(written), "--", sys.executable, "-m", "pytest",
+                 "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "test_two.py")])
+    assert code == 0
+    rows = {line.split("\t")[0]: [float(x) for x in line.split("\t")[1:]]
+            for line in written.read_text().splitlines()[1:]}
+    assert set(rows) == {"test_two.py::test_in_process", "test_two.py::test_in_a_child"}
+    _, own, children = rows["test_two.py::test_in_process"]
+    assert 0.55 <= own <= 1.0 and children < 0.1, rows
+    _, own, children = rows["test_two.py::test_in_a_child"]
+    assert 0.55 <= children <= 1.2 and own < 0.3, rows
+    table = capsys.readouterr().out
+    assert "| test_two.py | 2 |" in table and "outside any test" in table
+    assert list((tmp_path / "tmp").iterdir()) == []  # the plugin's folder is removed
