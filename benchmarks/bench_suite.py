@@ -7,10 +7,11 @@ CLI, a pytest-xdist worker, ...). The whole machine's busy time over the run (/p
 total; what the samples missed (processes that lived less than an interval, the CPU a process
 spent after its last sample, kernel threads) is its own row, so the rows add up to the total.
 
-Where the command runs pytest, a second table gives the core-seconds by test module, each test's
-in its own process and in the processes it started and waited for (`cpu_by_test.py`, a plugin
-loaded with `-p benchmarks.cpu_by_test`; the suite's processes see the repository on PYTHONPATH,
-where the project's editable install puts it anyway); `--tests FILE` writes every test's.
+Where the command runs pytest, a second table gives the core-seconds by test module: each test's
+in its own process, and in the processes started under it (`cpu_by_test.py`, a plugin loaded with
+`-p benchmarks.cpu_by_test`, says when each test ran in which process; a sampled process goes to
+the test its ancestor was running; the suite's processes see the repository on PYTHONPATH, where
+the project's editable install puts it anyway). `--tests FILE` writes every test's.
 
 The suite is CPU-bound on a small machine, so its wall time is about its core-seconds divided by
 the cores, and a machine's speed moves both. The machine line therefore carries a reference any
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cpu_by_test import FOLDER_VARIABLE, by_module, read_tests
+from cpu_by_test import FOLDER_VARIABLE, Span, attribute, by_module, read_tests
 from machine import cpu_model
 
 from autograder.options import Parser, seconds
@@ -89,6 +90,7 @@ def classify(argv: list[str]) -> str:
 class Seen:
     kind: str
     command: str
+    parent: int  # its parent pid when first sampled
     cpu: float  # seconds of CPU at the last sample
     first: float
     last: float
@@ -119,7 +121,8 @@ def sample(table: dict[tuple[int, str], Seen], now: float, before: bool = False)
                 argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
         except (OSError, ValueError, IndexError):
             continue  # it ended while we read it
-        table[key] = Seen(classify(argv), " ".join(argv), cpu, now, now, cpu if before else 0.0)
+        table[key] = Seen(classify(argv), " ".join(argv), int(fields[1]), cpu, now, now,
+                          cpu if before else 0.0)
 
 
 def one_line(command: str) -> str:
@@ -187,20 +190,20 @@ def with_test_plugin(command: list[str]) -> list[str] | None:
     return command[:at] + ["-p", "benchmarks.cpu_by_test"] + command[at:]
 
 
-def print_modules(tests: list[tuple[str, float, float, float]], busy: float) -> None:
-    """The core-seconds by test module, the most first; the rest of the machine's busy time is
-    outside any test (start-up, collection, processes no test waited for)."""
-    modules = by_module(tests)
+def print_modules(modules: list[tuple[str, int, float, float]], busy: float) -> None:
+    """The core-seconds by test module (`cpu_by_test.by_module`), the most first; the rest of the
+    machine's busy time is outside any test (start-up, collection, Docker's containers, processes
+    too short to sample)."""
     shown, others = modules[:TOP_MODULES], modules[TOP_MODULES:]
     if others:
         shown.append((f"{len(others)} other modules", sum(m[1] for m in others),
                       sum(m[2] for m in others), sum(m[3] for m in others)))
-    print("\n| test module | tests | core-s in its process | in processes it waited for | share |")
+    print("\n| test module | tests | core-s in its process | in processes started under it | share |")
     print("|---|---|---|---|---|")
     for module, count, own, children in shown:
         print(f"| {module} | {count} | {own:.1f} | {children:.1f} | {(own + children) / busy:.0%} |")
     outside = max(0.0, busy - sum(own + children for _, _, own, children in modules))
-    print(f"| outside any test (start-up, collection, processes no test waited for) | | "
+    print(f"| outside any test (start-up, collection, containers, processes too short to sample) | | "
           f"{outside:.1f} | | {outside / busy:.0%} |")
 
 
@@ -240,11 +243,12 @@ def run_sampled(parser: Parser, command: list[str], tests_folder: Path | None,
     return child.returncode, time.monotonic() - started, busy_seconds() - busy_before, table
 
 
-def write_tests(path: Path, tests: list[tuple[str, float, float, float]]) -> None:
+def write_tests(path: Path, runs: list[Span], children: dict[str, float]) -> None:
     with path.open("x") as handle:
-        handle.write("test\twall_s\tcore_s_in_process\tcore_s_in_children\n")
-        for nodeid, wall, own, children in sorted(tests, key=lambda t: -(t[2] + t[3])):
-            handle.write(f"{nodeid}\t{wall:.2f}\t{own:.2f}\t{children:.2f}\n")
+        handle.write("test\twall_s\tcore_s_in_process\tcore_s_under_it\n")
+        for run in sorted(runs, key=lambda run: -(run.own + children.get(run.nodeid, 0.0))):
+            handle.write(f"{run.nodeid}\t{run.end - run.start:.2f}\t{run.own:.2f}\t"
+                         f"{children.get(run.nodeid, 0.0):.2f}\n")
 
 
 def write_profile(path: Path, table: dict) -> None:
@@ -282,15 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code, wall, busy, table = run_sampled(parser, plugged or args.command or DEFAULT_COMMAND,
                                               folder, args.interval)
-        tests = read_tests(folder) if folder else []
+        runs = read_tests(folder) if folder else []
     finally:
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
     print_table(table_rows(table, busy), wall, busy, code)
-    if tests:
-        print_modules(tests, busy)
+    children = attribute(runs, [(pid, seen.parent, seen.first, seen.spent)
+                                for (pid, _), seen in table.items()])
+    if runs:
+        print_modules(by_module(runs, children), busy)
     if args.tests:
-        write_tests(args.tests, tests)
+        write_tests(args.tests, runs, children)
     if args.profile:
         write_profile(args.profile, table)
     return code

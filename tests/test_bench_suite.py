@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_suite  # noqa: E402
 from bench_suite import CLI, UNSEEN, Seen, classify, main, sample, table_rows  # noqa: E402
+from cpu_by_test import Span, attribute, by_module  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc")
 
@@ -66,10 +67,10 @@ def test_a_child_is_counted_with_the_cpu_it_spent_and_a_running_process_only_fro
 
 
 def test_rows_add_up_to_the_machine_and_the_largest_comes_first():
-    table = {(1, "1"): Seen("Jupyter kernel", "k", 9.0, 0, 1, before=1.0),
-             (2, "2"): Seen(CLI, "c", 3.0, 0, 1),
-             (3, "3"): Seen(CLI, "c", 4.0, 0, 1),
-             (4, "4"): Seen("other", "idle", 5.0, 0, 1, before=5.0)}
+    table = {(1, "1"): Seen("Jupyter kernel", "k", 1, 9.0, 0, 1, before=1.0),
+             (2, "2"): Seen(CLI, "c", 1, 3.0, 0, 1),
+             (3, "3"): Seen(CLI, "c", 1, 4.0, 0, 1),
+             (4, "4"): Seen("other", "idle", 1, 5.0, 0, 1, before=5.0)}
     rows = table_rows(table, busy=20.0)
     assert rows == [("Jupyter kernel", 1, 8.0), (CLI, 2, 7.0), (UNSEEN, 0, 5.0)]
 
@@ -110,40 +111,61 @@ def test_a_command_line_is_one_tsv_field():
     assert bench_suite.one_line("python -c 'import os\n\tprint(1)'") == "python -c 'import os print(1)'"
 
 
-TWO_TESTS = """
+THREE_TESTS = """
 import subprocess, sys, time
 
-def burn(seconds):
-    started = time.process_time()
-    while time.process_time() - started < seconds:
-        pass
+BURN = "import time\\nwhile time.process_time() < 0.6: pass\\ntime.sleep(0.4)"
 
 def test_in_process():
-    burn(0.6)
+    started = time.process_time()
+    while time.process_time() - started < 0.6:
+        pass
 
 def test_in_a_child():
-    code = "import time\\nwhile time.process_time() < 0.6: pass"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+
+def test_in_a_grandchild():
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN!r}], check=True)"
+    subprocess.run([sys.executable, "-c", parent], check=True)
+
+def test_nothing():
+    pass
 """
 
 
-def test_each_test_is_counted_in_its_process_and_in_the_children_it_waited_for(tmp_path, monkeypatch,
-                                                                               capsys):
+def test_each_test_is_counted_in_its_process_and_in_the_processes_started_under_it(tmp_path, monkeypatch,
+                                                                                   capsys):
     monkeypatch.setattr(bench_suite, "import_torch_seconds", lambda: 1.0)  # the machine line's
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the plugin writes
-    (tmp_path / "test_two.py").write_text(TWO_TESTS)
+    (tmp_path / "test_three.py").write_text(THREE_TESTS)
     written = tmp_path / "tests.tsv"
-    code = main(["--interval", "0.2", "--tests", str(written), "--", sys.executable, "-m", "pytest",
-                 "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "test_two.py")])
+    code = main(["--interval", "0.1", "--tests", str(written), "--", sys.executable, "-m", "pytest",
+                 "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "test_three.py")])
     assert code == 0
-    rows = {line.split("\t")[0]: [float(x) for x in line.split("\t")[1:]]
+    rows = {line.split("\t")[0].split("::")[1]: [float(x) for x in line.split("\t")[1:]]
             for line in written.read_text().splitlines()[1:]}
-    assert set(rows) == {"test_two.py::test_in_process", "test_two.py::test_in_a_child"}
-    _, own, children = rows["test_two.py::test_in_process"]
-    assert 0.55 <= own <= 1.0 and children < 0.1, rows
-    _, own, children = rows["test_two.py::test_in_a_child"]
-    assert 0.55 <= children <= 1.2 and own < 0.3, rows
+    assert set(rows) == {"test_in_process", "test_in_a_child", "test_in_a_grandchild", "test_nothing"}
+    _, own, under = rows["test_in_process"]
+    assert 0.55 <= own <= 1.0 and under == 0, rows
+    for name in ("test_in_a_child", "test_in_a_grandchild"):
+        _, own, under = rows[name]
+        assert 0.55 <= under <= 1.2 and own < 0.3, rows
+    assert rows["test_nothing"][2] == 0, rows
     table = capsys.readouterr().out
-    assert "| test_two.py | 2 |" in table and "outside any test" in table
+    assert "| test_three.py | 4 |" in table and "outside any test" in table
     assert list((tmp_path / "tmp").iterdir()) == []  # the plugin's folder is removed
+
+
+def test_a_process_goes_to_the_test_its_ancestor_was_running_when_it_was_first_seen():
+    runs = [Span("m.py::a", 10, 0.0, 5.0, 1.0), Span("m.py::b", 10, 5.0, 9.0, 2.0),
+            Span("n.py::c", 20, 0.0, 9.0, 0.5)]
+    processes = [(11, 10, 1.0, 3.0),   # a's child
+                 (12, 11, 2.0, 4.0),   # its grandchild
+                 (13, 10, 5.05, 6.0),  # started under b
+                 (14, 13, 8.0, 1.5),   # b's grandchild, its parent still known
+                 (21, 20, 3.0, 7.0),   # c's child
+                 (30, 1, 2.0, 9.0),    # a daemon: no test's
+                 (10, 2, 0.0, 50.0)]   # the worker itself: counted in its tests' own CPU
+    assert attribute(runs, processes) == {"m.py::a": 7.0, "m.py::b": 7.5, "n.py::c": 7.0}
+    assert by_module(runs, attribute(runs, processes)) == [("m.py", 2, 3.0, 14.5), ("n.py", 1, 0.5, 7.0)]
