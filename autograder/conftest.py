@@ -2,6 +2,7 @@
 
     pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto]
                       [--official | --stored-only] [--time-limit SECONDS] [-k NAME]
+                      [--copies flag|zero]
 
 The submission runs in a bubblewrap sandbox (`autograder.trusted.isolation`). Where none can start, the
 grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
@@ -15,6 +16,8 @@ failed on a check) is no grade: it writes no `--results` file, says GRADING DID 
 exits 3. Every option's value is checked before torch is imported (`autograder.options`); bad
 values are usage errors naming the flag (exit 4). `--time-limit` is wall time from this process's
 start.
+Similarity to the reference is evidence, shown under the table (and, in results.json, in a test
+hidden from students); it costs points only with `--copies zero` (`autograder.trusted.reference`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import time
 import pytest
 
 from autograder.options import (
+    COPIES,
+    COPIES_HELP,
     DEVICES,
     ISOLATIONS,
     GradingOptions,
@@ -62,9 +67,11 @@ def pytest_addoption(parser) -> None:
     group.addoption("--isolation", default="auto", choices=ISOLATIONS,
                     help="the sandbox's tier: the first that holds here (auto), bubblewrap, or "
                          "landlock (Landlock and seccomp, where namespaces are refused)")
+    group.addoption("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     group.addoption("--allow-reference", action="store_true",
-                    help="let copies of the reference earn points: for an instructor checking the "
-                         "solution notebooks (which hold the reference), never for a student's grade")
+                    help="an instructor's check of the solution notebooks (which hold the "
+                         "reference): no similarity flag, no penalty, and the grade says so; "
+                         "never for a student's grade")
 
 
 def pytest_configure(config) -> None:
@@ -101,7 +108,7 @@ class Session:
             official=config.getoption("--official"), time_limit=config.getoption("--time-limit"),
             allow_reference=config.getoption("--allow-reference"),
             stored_only=config.getoption("--stored-only") or None,
-            isolation=config.getoption("--isolation"))
+            isolation=config.getoption("--isolation"), copies=config.getoption("--copies"))
         self.grading = GradingSession(config.getoption("--submission"), options, started_at=STARTED)
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
@@ -157,7 +164,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    from autograder.trusted.report import check_table, escape, stage_table
+    from autograder.trusted.report import check_table, escape, similarity_lines, stage_table
 
     grading_session = config.stash.get(_session_key, None)
     if grading_session is None:
@@ -178,6 +185,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         write(line)
     write("")
     for line in stage_table(grader.results):
+        write(line)
+    for line in similarity_lines(grader.similar, grader.options.copies):
         write(line)
     write(f"({grader.seed_note})")
     if grading_session.incomplete:

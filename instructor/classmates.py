@@ -9,12 +9,15 @@ their graded functions share PAIR_THRESHOLD of the smaller one's k-grams (`simil
 
 A pair is a flag for the instructor to review (`instructor.batch` writes it in the CSV and a
 report beside it), never a penalty: students may share a starting point the course gave them.
+A graded function renamed and bound back by assignment (`def f1(...)` then
+`tokenize_prompt_and_output = f1`, or imported under its name) is read as that graded function.
 Functions too short to tell apart (fewer than MIN_KGRAMS k-grams: a release template's
 `raise NotImplementedError`, a one-line function) are left out.
 """
 
 from __future__ import annotations
 
+import ast
 from itertools import combinations
 
 from autograder.trusted.similarity import kgrams, resemblance, tokens
@@ -39,9 +42,17 @@ def graded_prints(target: str) -> dict[str, list[str]]:
     from course.registry import GRADED_FUNCTIONS
     from course.submission import load_submission
 
-    definitions = [d for source in _sources(load_submission(target, ROOT))
-                   for d in definitions_in(source)[1]]
+    definitions, bindings = [], {}
+    for source in _sources(load_submission(target, ROOT)):
+        tree, found = definitions_in(source)
+        definitions += found
+        bindings.update(bound_names(tree) if tree is not None else {})
     by_name = {d.name: d for d in definitions}
+    for alias, name in bindings.items():  # `tokenize_prompt_and_output = f1`
+        while name in bindings and bindings[name] != alias and name not in by_name:
+            name = bindings[name]
+        if name in by_name and alias in GRADED_FUNCTIONS:
+            by_name[alias] = by_name[name]
     prints = {}
     for name in GRADED_FUNCTIONS:
         if name in by_name:
@@ -50,6 +61,29 @@ def graded_prints(target: str) -> dict[str, list[str]]:
             if len(held) >= MIN_KGRAMS:
                 prints[name] = held
     return prints
+
+
+def bound_names(tree: ast.Module) -> dict[str, str]:
+    """{name: the name it is bound to} for each plain rebinding in `tree`: `alias = name` (also
+    in a tuple assignment or an annotated one) and `from helper import name as alias`. A graded
+    function renamed and bound back by assignment is read as that graded function."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+            pairs += [pair for t in node.targets if isinstance(t, ast.Tuple)
+                      and isinstance(node.value, ast.Tuple) and len(t.elts) == len(node.value.elts)
+                      for pair in zip(t.elts, node.value.elts)]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, ast.ImportFrom):
+            pairs = [(ast.Name(a.asname), ast.Name(a.name)) for a in node.names if a.asname]
+        else:
+            continue
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and isinstance(value, ast.Name):
+                bound[target.id] = value.id
+    return bound
 
 
 def similar_pairs(prints: dict[str, dict[str, list[str]]]) -> list[tuple[str, str, dict]]:

@@ -29,7 +29,8 @@ from autograder.protocol.markers import MODEL_FUNCTIONS
 from autograder.trusted import core
 from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
 from autograder.trusted.isolation import isolation_tier
-from autograder.trusted.reference import copied_references, course_sources
+from autograder.trusted.reference import authorship, course_sources
+from autograder.trusted.report import SIMILARITY_TITLE, similarity_lines
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
 from course.parsing import parse
@@ -188,9 +189,9 @@ START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the 
 class Grader:
     def __init__(self, submission: Submission | None, options: GradingOptions = DEFAULT_OPTIONS,
                  runner=None, sandbox: Sandbox | None = None, started_at: float | None = None):
-        """`options`: how this grading runs (`autograder.options.GradingOptions`): a pasted copy
-        of the reference earns its points only with `allow_reference`; where the `isolation` asked
-        for does not hold, a practice grade, never another tier.
+        """`options`: how this grading runs (`autograder.options.GradingOptions`): similarity to
+        the reference is flagged (`similar`), and costs points only with `copies="zero"`; where
+        the `isolation` asked for does not hold, a practice grade, never another tier.
         `runner`: where the submission runs when it is not a sandbox (`autograder.selfcheck`'s
         InProcessRunner, the notebook's own kernel: a practice grade); None: a sandbox.
         `sandbox`: a template started ahead for this grading alone (batch grading starts the
@@ -215,6 +216,7 @@ class Grader:
         self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
         self.stage_failures: dict[str, str] = {}
         self.copied: dict[str, str] = {}  # graded function -> why it is not graded
+        self.similar: dict = {}  # graded function -> `reference.Evidence` of its similarity
         self.practice: str | None = None  # why this grade is only a practice grade
         self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
         if self.in_process:
@@ -236,7 +238,11 @@ class Grader:
             self.runner = sandbox if fits else Sandbox(
                 ROOT, device, memory_mb, isolated=self.practice is None,
                 visible=_visible_paths(submission), tier=self.isolation_tier)
-            self.copied = {} if options.allow_reference else copied_references(_sources(submission))
+            if not options.allow_reference:
+                self.copied, self.similar = authorship(_sources(submission))
+                self.copied.update({name: found.penalty() for name, found in self.similar.items()
+                                    if options.copies == "zero" and found.penalized
+                                    and name not in self.copied})
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
@@ -255,7 +261,10 @@ class Grader:
                     f"{OFFICIAL_ELSEWHERE}. " + note)
         if self.allow_reference:
             return ("NOT A STUDENT'S GRADE (--allow-reference, an instructor's check of the "
-                    "solutions): copies of the reference earn points. " + note)
+                    "solutions): copies of the reference earn points and are not flagged. " + note)
+        if self.options.copies == "zero":
+            note = ("--copies zero: a graded function more similar to its reference than its "
+                    "threshold (calibrated on independent implementations) earns nothing. " + note)
         return note
 
     def _isolation(self) -> str:
@@ -495,13 +504,26 @@ class Grader:
             notes.insert(0, self.load_failure)
         tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
                  for r in self.results]
+        if self.similar:  # a test of 0 points that Gradescope shows instructors only ("hidden")
+            tests.append({"name": SIMILARITY_TITLE, "score": 0.0, "max_score": 0.0,
+                          "status": "passed", "visibility": "hidden",
+                          "output": "\n".join(similarity_lines(self.similar, self.options.copies)[1:])})
         # extra_data: Gradescope keeps it with the result and shows it to no one
         extra = {"practice": bool(self.practice or self.in_process or self.stored_only),
-                 "isolation_tier": self.isolation_tier, "allow_reference": self.allow_reference}
+                 "isolation_tier": self.isolation_tier, "allow_reference": self.allow_reference,
+                 "copies": self.options.copies, "similarity": self.similarity_record()}
         document = {"score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
                     "output": "\n".join(notes), "visibility": "visible",
                     "stdout_visibility": "hidden", "tests": tests, "extra_data": extra}
         write_results(document, path)
+
+    def similarity_record(self) -> dict[str, dict]:
+        """{graded function: its similarity flag}, for results.json's extra_data and the batch CSV."""
+        return {name: {"share": round(found.share, 2), "holder": found.holder,
+                       "honest_max": found.honest_max, "threshold": found.threshold,
+                       "zeroed": self.options.copies == "zero" and found.penalized,
+                       "summary": found.summary(), "evidence": found.text()}
+                for name, found in self.similar.items()}
 
     @property
     def seed_note(self) -> str:
