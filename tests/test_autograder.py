@@ -18,6 +18,7 @@ import pytest
 from shared_template import SharedTemplates
 
 from autograder.api import grade
+from autograder.trusted.reference import THRESHOLDS
 from course.registry import GRADED_FUNCTIONS
 
 pytestmark = pytest.mark.slow  # each grading starts a worker (~4 s); about 2 min for the module (2 cores)
@@ -399,22 +400,25 @@ def test_dropped_conftest_and_edited_grader_do_not_survive_into_the_next_run(tmp
 
 def test_solution_notebooks_are_the_reference_and_release_notebooks_zero(templates):
     """The real notebooks: read (not run) from solutions/ and notebooks/ (nbgrader release)."""
-    graded = _grade_all({"solutions": ((str(ROOT / "solutions"),), {}),
+    graded = _grade_all({"solutions": ((str(ROOT / "solutions"),), {"copies": "zero"}),
                          "checked": ((str(ROOT / "solutions"),), {"allow_reference": True}),
                          "notebooks": ((str(ROOT / "notebooks"),), {})}, templates)
     solutions, checked, release = graded["solutions"], graded["checked"], graded["notebooks"]
     # solutions/ holds the course's own functions (tests/test_one_implementation.py): read as a
-    # student's submission, every graded function is a pasted copy of the reference and earns
-    # nothing (a leaked solution notebook is caught); an instructor's check (--allow-reference)
-    # gives them full marks.
+    # student's submission under --copies zero, every graded function with a threshold is a
+    # pasted copy of the reference and earns nothing (a leaked solution notebook is caught); the
+    # dictated ones (the natural tokenizer is the reference's; tests/test_copies.py) keep theirs;
+    # an instructor's check (--allow-reference) gives them full marks.
+    zeroed = {name for name, threshold in THRESHOLDS.items() if threshold is not None}
     failed = {n: r["output"] for n, r in solutions["results"].items() if r["status"] == "failed"}
-    assert solutions["score"] == 0 and len(failed) == len(solutions["results"]) - \
-        sum(r["status"] == "skipped" for r in solutions["results"].values())
+    assert {n.split(":")[0] for n in failed} == zeroed, failed
     assert all("is a copy of the reference" in output for output in failed.values()), failed
+    assert set(solutions["similarity"]) == set(GRADED_FUNCTIONS) - {"tokenize_prompt_and_output"}
     functions = {name.split(":")[0] for name in solutions["results"]}
-    assert functions == set(GRADED_FUNCTIONS), set(GRADED_FUNCTIONS) ^ functions  # each one, flagged
+    assert functions == set(GRADED_FUNCTIONS), set(GRADED_FUNCTIONS) ^ functions  # each one, graded
     lost = {n: r["output"][:300] for n, r in checked["results"].items() if r["status"] == "failed"}
     assert checked["score"] == checked["max_score"] > 50, lost
     assert "--allow-reference" in checked["isolation"]
     assert release["score"] == 0 and release["max_score"] == solutions["max_score"]
+    assert not checked["similarity"] and not release["similarity"]
     assert not solutions["load_failure"] and not release["load_failure"]

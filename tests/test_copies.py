@@ -355,11 +355,21 @@ def test_a_graded_copy_keeps_its_points_flagged_and_loses_them_only_under_copies
 
 
 @pytest.mark.slow
-def test_the_natural_tokenizer_keeps_its_points_under_copies_zero():
-    """The natural first tokenizer holds every fingerprint of the reference; under the strictest
-    setting it still earns all its points, and is not even flagged."""
-    graded = grade(str(HONEST_DIR / "library_calls.py"), ("tokenize_prompt_and_output",),
-                   copies="zero")
+def test_the_natural_tokenizer_keeps_its_points_under_copies_zero(tmp_path):
+    """The natural first tokenizer, written into the release notebook beside its given `_pad_id`,
+    holds every fingerprint of the reference; under the strictest setting it still earns all its
+    points, and is not even flagged."""
+    import nbformat
+
+    notebook = nbformat.read(ROOT / "notebooks" / "01_tokenization.ipynb", as_version=4)
+    template = next(cell for cell in notebook.cells if cell.cell_type == "code"
+                    and "def tokenize_prompt_and_output" in cell.source)
+    template.source = ast.unparse(_renamed((HONEST_DIR / "library_calls.py").read_text(),
+                                           "tokenize_prompt_and_output",
+                                           "tokenize_prompt_and_output"))
+    (tmp_path / "work").mkdir()
+    nbformat.write(notebook, tmp_path / "work" / "01_tokenization.ipynb")
+    graded = grade(str(tmp_path / "work"), ("tokenize_prompt_and_output",), copies="zero")
     assert graded["score"] == graded["max_score"] == POINTS["tokenize_prompt_and_output"], \
         {n: r["output"][:300] for n, r in graded["results"].items()}
     assert graded["similarity"] == {}
