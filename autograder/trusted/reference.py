@@ -1,9 +1,10 @@
 """The trusted reference: `course`'s graded functions, looked up by name.
 
 The parent computes expected values with it. The sandboxed worker never gets the reference of the
-stage it grades (`course_sources` stubs it out), and a pasted copy is caught from the submission's
-source (`copied_references`: the copy rule, below, with its measured threshold). Notebook self-checks, which run in the student's own kernel, count
-calls into the reference instead (`counting_calls`): fine for practice, not a defence.
+stage it grades (`course_sources` stubs it out), and a pasted copy is found in the submission's
+source (`authorship`, below): flagged with its evidence, zeroed only under `--copies zero` above a
+threshold calibrated on honest work. Notebook self-checks, which run in the student's own kernel,
+count calls into the reference instead (`counting_calls`): fine for practice, not a defence.
 """
 
 from __future__ import annotations

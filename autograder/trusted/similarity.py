@@ -16,9 +16,10 @@ for free:
 - `containment(reference, submitted)`: the share of the reference's fingerprints found among all
   the k-grams of the submitted code, in [0, 1]; 1.0 for a copy with dead code added anywhere.
 
-The thresholds in `autograder.trusted.reference` (the copy rule) and `instructor.batch` (similar
-pairs of students) come from `benchmarks/bench_similarity.py`, which measures this score for the
-honest implementations and the near-copies in tests/autograder_cases/.
+The thresholds in `autograder.trusted.reference` (the similarity flag and `--copies zero`) and
+`instructor.classmates` (similar pairs of students) come from `benchmarks/bench_similarity.py`,
+which measures this score for the honest corpus (tests/corpus.py) and the near-copies
+(tests/near_copies.py). `kgram_lines` says where a shared fingerprint lies, for the evidence.
 
 Hashes can be salted (`salt`): a student edition ships the reference's fingerprints salted, never
 its code.
