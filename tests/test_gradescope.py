@@ -319,8 +319,9 @@ def test_a_batch_row_of_an_incomplete_grading_is_no_grade(tmp_path):
     header, row = (line.split(",") for line in (tmp_path / "grades.csv").read_text().splitlines())
     cells = dict(zip(header, row))
     assert row[:3] == ["dana", "incomplete", ""]  # no number at all
-    assert {cells[stage] for stage in header[3:-2]} == {""}
+    assert {cells[stage] for stage in header[3:-3]} == {""}
     assert cells["note"] == "it ran past its time limit of 600 s" and cells["similar_to"] == ""
+    assert cells["similar_to_reference"] == ""
     text = feedback(record)
     assert "GRADING DID NOT COMPLETE: this is not your score" in text and "12" not in text
 
