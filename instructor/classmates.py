@@ -47,8 +47,10 @@ def graded_prints(target: str) -> dict[str, list[str]]:
         definitions += found
         bindings.update(bound_names(tree) if tree is not None else {})
     by_name = {d.name: d for d in definitions}
-    for alias, name in bindings.items():  # `tokenize_prompt_and_output = f1`
-        while name in bindings and bindings[name] != alias and name not in by_name:
+    for alias, name in bindings.items():  # `tokenize_prompt_and_output = f1`, followed along
+        for _ in range(len(bindings)):  # a chain `a = b; b = f1`, never round a cycle
+            if name in by_name or name not in bindings:
+                break
             name = bindings[name]
         if name in by_name and alias in GRADED_FUNCTIONS:
             by_name[alias] = by_name[name]

@@ -289,6 +289,8 @@ RENAMED_AND_BOUND = """import torch
 
 tokenize_prompt_and_output = f1
 compute_entropy, estimate_kl = f2, f3
+loop_a = loop_b
+loop_b = loop_a
 """
 
 

@@ -239,10 +239,7 @@ class Grader:
                 ROOT, device, memory_mb, isolated=self.practice is None,
                 visible=_visible_paths(submission), tier=self.isolation_tier)
             if not options.allow_reference:
-                self.copied, self.similar = authorship(_sources(submission))
-                self.copied.update({name: found.penalty() for name, found in self.similar.items()
-                                    if options.copies == "zero" and found.penalized
-                                    and name not in self.copied})
+                self.copied, self.similar = authorship(_sources(submission), options.copies)
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once

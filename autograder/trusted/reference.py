@@ -382,11 +382,13 @@ def _matched_lines(name: str, holder: ast.FunctionDef, by_name: dict, texts: dic
     return rows
 
 
-def authorship(sources: list[str]) -> tuple[dict[str, str], dict[str, Evidence]]:
-    """({graded function: why it earns nothing} for a submission that builds code at run time,
-    {graded function: the evidence of its similarity to the reference} for each flagged one),
-    read from `sources` (the submission's code, read, never run: its notebooks, or a .py and the
-    files it imports). A definition is read with the functions it calls from any of `sources`."""
+def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str], dict[str, Evidence]]:
+    """({graded function: why it earns nothing}, {graded function: the evidence of its similarity
+    to the reference} for each flagged one), read from `sources` (the submission's code, read,
+    never run: its notebooks, or a .py and the files it imports). Every graded function earns
+    nothing in a submission that builds code at run time; under `copies="zero"`, also each flagged
+    one at or above its threshold. A definition is read with the functions it calls from any of
+    `sources`."""
     salt, prints = _stored_prints()
     refused: dict[str, str] = {}
     everything, texts = [], {}
@@ -410,16 +412,12 @@ def authorship(sources: list[str]) -> tuple[dict[str, str], dict[str, Evidence]]
         evidence[name] = Evidence(name, share, holder.name, honest, THRESHOLDS.get(name),
                                   _matched_lines(name, holder, by_name, texts, salt,
                                                  prints[name]))
+        if copies == "zero" and evidence[name].penalized:
+            refused.setdefault(name, evidence[name].penalty())
     return refused, evidence
 
 
 def copied_references(sources: list[str], copies: str = "flag") -> dict[str, str]:
-    """{graded function: why it earns nothing}: every one, for a submission that builds code at
-    run time; under `copies="zero"`, also each one whose similarity to the reference reaches its
-    threshold (`authorship`). Under the default, similarity alone costs nothing."""
-    refused, evidence = authorship(sources)
-    if copies == "zero":
-        for name, found in evidence.items():
-            if found.penalized and name not in refused:
-                refused[name] = found.penalty()
-    return refused
+    """{graded function: why it earns nothing} (`authorship`): under the default, similarity to
+    the reference alone costs nothing."""
+    return authorship(sources, copies)[0]
