@@ -18,6 +18,7 @@ takes two to three minutes on a 2-core CPU. The shipped checkpoint was made with
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -63,11 +64,11 @@ class WarmStartConfig:
     rate, the snapshot at N is the checkpoint `--steps N` makes, so one run can pick a strength."""
 
 
-# The lowest value of each numeric field, and whether that value itself is allowed.
+# The lowest value of each numeric field, whether that value itself is allowed, and the highest.
 LOWER_BOUNDS = {
     "steps": (1, True), "batch_size": (1, True), "lr": (0, False), "max_grad_norm": (0, False),
     "seed": (0, True), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
-    "eval_problems": (1, True), "threads": (1, True), "snapshot_every": (0, True),
+    "eval_problems": (1, True), "threads": (1, True, os.cpu_count() or 1), "snapshot_every": (0, True),
 }
 
 
