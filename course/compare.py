@@ -25,7 +25,7 @@ import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from course.cli import Parser, add_config_arguments
+from course.cli import Parser, add_config_arguments, flag_type, out_of_range, unwritable
 from course.train_config import (
     CHOICES,
     FLAG_ALIASES,
@@ -128,21 +128,30 @@ def main(argv: list[str] | None = None) -> None:
                         "(--losses: its name before, for one release)")
     parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN,
-                         types=flag_types(), aliases=FLAG_ALIASES)
+    # a run of no steps has no last step to read the entropy and KL of
+    types = {**flag_types(), "steps": flag_type(int, lambda value: out_of_range(value, 1, True))}
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=types,
+                         aliases=FLAG_ALIASES)
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
     pg_methods, normalizations, seeds = args.pop("pg_methods"), args.pop("normalizations"), args.pop("seeds")
     if any(seed < 0 for seed in seeds):
         parser.error(f"--seeds must be non-negative, got {seeds}")
+    for flag, values in (("--pg-methods", pg_methods), ("--normalizations", normalizations),
+                         ("--seeds", seeds)):
+        if repeated := sorted({str(v) for v in values if values.count(v) > 1}):
+            parser.error(f"argument {flag}: {' '.join(repeated)} given twice; a repeat is the same "
+                         "run again, not another sample")
     base = TrainConfig(**args)
     try:
         validate(base, world_size=1)
     except ConfigError as error:
         parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
+    if problem := unwritable(out):
+        parser.error(f"argument --out: {problem}")
     if out.exists() and any(out.iterdir()) and not overwrite:
-        parser.error(f"--out {out} is not empty; choose another folder or pass --overwrite")
+        parser.error(f"argument --out: {out} is not empty; choose another folder or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
 
     rows = table(run_variants(base, pg_methods, normalizations, seeds, out))
