@@ -15,7 +15,8 @@ a policy can already sometimes do.
 Under `torchrun`, every rank draws the same problems and keeps whole groups of its own; sampling is
 seeded per row (`rollout.row_seed`), so the rollouts, and therefore the updates, are those of the
 single-process run. `--out DIR` writes `metrics.jsonl` (one record per step), `summary.json`,
-`training_curves.png` and the final weights `policy.pt`. `--notebooks DIR` trains with the
+`training_curves.png` and the final weights `policy.pt` (a DIR that holds a run is refused unless
+`--overwrite`; a Ctrl-C ends with the steps done, which `metrics.jsonl` holds). `--notebooks DIR` trains with the
 learner's own stages, read from their notebooks (`course.implementations`): their train step on
 their tokenizer, scorer, advantages, losses and aggregation, each falling back to the reference
 where it is not written yet. In a student edition that has not revealed every stage, the
@@ -408,7 +409,8 @@ def result_text(summary: dict, out: Path | None) -> str:
         return "\n".join(lines)
     lines.append(f"wrote {out}/")
     lines += [f"  {name:<20} {role}" for name, role in RUN_FILE_ROLES.items()]
-    lines.append(f"next: open {out / 'training_curves.png'}")
+    lines.append(f"next: open {out / 'training_curves.png'}; `python -m course.compare` trains the "
+                 "loss variants side by side")
     return "\n".join(lines)
 
 

@@ -122,6 +122,16 @@ def test_compare_refuses_no_steps_and_repeated_runs(argv, message):
     assert result.stdout.strip() == "exit 2; torch loaded: False"
 
 
+@pytest.mark.slow
+def test_what_only_the_loaded_task_decides_is_a_usage_error_too(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "course.train", "--steps", "1", *TINY_RUN,
+                             "--prompts-per-step", "100000"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2
+    _one_line(result.stderr, "course.train: error: argument --prompts-per-step: (100000) must be at "
+              "most the ")
+
+
 # ---- Ctrl-C -------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_ctrl_c_ends_with_the_steps_done_and_the_partial_file_named(tmp_path):
