@@ -18,9 +18,9 @@ single-process run. `--out DIR` writes `metrics.jsonl` (one record per step), `s
 `training_curves.png` and the final weights `policy.pt` (a DIR that holds a run is refused unless
 `--overwrite`; a Ctrl-C ends with the steps done, which `metrics.jsonl` holds). `--notebooks DIR`
 trains with the learner's own stages, read from their notebooks (`course.implementations`): their
-train step on their tokenizer, scorer, advantages, losses and aggregation, each falling back to the reference
-where it is not written yet. In a student edition that has not revealed every stage, the
-default is the edition's own `notebooks/`.
+train step on their tokenizer, scorer, advantages, losses and aggregation, each falling back to
+the reference where it is not written yet. In a student edition that has not revealed every
+stage, the default is the edition's own `notebooks/`.
 
 What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
 `benchmarks/bench_train.py`).
