@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course.cli import Parser, add_config_arguments, bounded_types
+from course.cli import Parser, add_config_arguments, bounded_types, unwritable
 from course.tasks import format_prompt, format_response, make_problems
 
 if TYPE_CHECKING:
@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     add_config_arguments(parser, WarmStartConfig, types=bounded_types(WarmStartConfig, LOWER_BOUNDS))
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
+    if problem := unwritable(out):
+        parser.error(f"argument --out: {problem}")
     train_warm_start(WarmStartConfig(**args), out)
     print(f"saved to {out}")
 

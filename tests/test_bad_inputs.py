@@ -46,13 +46,18 @@ def _one_line(stderr: str, start: str, *words: str) -> None:
 
 
 # ---- output paths, checked before any work -----------------------------------------------------
-@pytest.mark.parametrize("module", ["course.train", "course.compare"])
+@pytest.mark.parametrize("module", ["course.train", "course.compare", "course.warm_start",
+                                    "course.failure_runs", "course.reference_run"])
 @pytest.mark.parametrize("where", ["file", "read-only"])
 def test_an_out_that_cannot_be_written_is_refused_before_torch_loads(module, where, read_only):
-    out = ROOT / "README.md" if where == "file" else read_only / "run"
+    if module == "course.reference_run":  # its --out is a file: a folder is what it cannot write
+        where = "folder" if where == "file" else where
+        out = ROOT / "course" if where == "folder" else read_only / "run.json"
+    else:
+        out = ROOT / "README.md" if where == "file" else read_only / "run"
     result = run_main(module, "--out", str(out))
-    _one_line(result.stderr, f"{module}: error: argument --out: ",
-              "is a file, not a folder" if where == "file" else "is not writable")
+    expected = {"file": "is a file, not a folder", "folder": "is a folder, not a file"}
+    _one_line(result.stderr, f"{module}: error: argument --out: ", expected.get(where, "is not writable"))
     assert result.stdout.strip() == "exit 2; torch loaded: False"
 
 
