@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 USAGE_ERROR = 2  # argparse's exit status for a usage error
+INTERRUPTED = 130  # a shell's exit status for a command that SIGINT ended
 
 
 class Parser(argparse.ArgumentParser):

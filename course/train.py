@@ -38,7 +38,8 @@ from __future__ import annotations
 if __name__ == "__main__":  # the command line checks its flags before torch loads (course.cli)
     import sys
 
-    from course.train_cli import INTERRUPTED, main
+    from course.cli import INTERRUPTED
+    from course.train_cli import main
 
     try:
         raise SystemExit(main())

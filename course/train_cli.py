@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from course.cli import Parser, add_config_arguments, unwritable
+from course.cli import INTERRUPTED, Parser, add_config_arguments, unwritable
 from course.paths import EDITION_MARKER, ROOT
 from course.progress import bars_drawn
 from course.registry import STAGE_NAMED, STAGE_OF
@@ -50,9 +50,6 @@ def out_problem(out: Path, overwrite: bool) -> str | None:
         return (f"{out} holds a run already ({', '.join(held)}): pass --overwrite to replace it, "
                 "or choose another folder")
     return None
-
-
-INTERRUPTED = 130  # a shell's exit status for a command that SIGINT ended
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,26 +138,46 @@ def test_what_only_the_loaded_task_decides_is_a_usage_error_too(tmp_path):
 
 
 # ---- Ctrl-C -------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_ctrl_c_ends_with_the_steps_done_and_the_partial_file_named(tmp_path):
-    out = tmp_path / "run"
-    run = subprocess.Popen([sys.executable, "-m", "course.train", "--out", str(out),
-                            "--steps", "10000", *TINY_RUN], cwd=tmp_path, text=True,
+def _interrupt(module: str, argv: list[str], metrics: Path, steps: int, cwd: Path):
+    """(stdout, stderr) of `python -m module argv` sent a real Ctrl-C (SIGINT) once `metrics`
+    holds `steps` steps: amid the training steps."""
+    run = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=cwd, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    metrics = out / "metrics.jsonl"
     try:
-        while run.poll() is None and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        while run.poll() is None and not (metrics.exists() and metrics.read_text().count("\n") >= steps):
             time.sleep(0.2)
-        run.send_signal(signal.SIGINT)  # a real Ctrl-C, amid the steps
+        run.send_signal(signal.SIGINT)
         stdout, stderr = run.communicate(timeout=300)
     finally:
         run.kill()
     assert run.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    return stdout, stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_with_the_steps_done_and_the_partial_file_named(tmp_path):
+    out = tmp_path / "run"
+    metrics = out / "metrics.jsonl"
+    stdout, _ = _interrupt("course.train", ["--out", str(out), "--steps", "10000", *TINY_RUN],
+                           metrics, 2, tmp_path)
     done = len(metrics.read_text().splitlines())
     assert done >= 2 and stdout.splitlines()[0].startswith(
         f"interrupted (Ctrl-C) after {done} of 10000 steps"), stdout
     assert f"partial: {metrics} holds the {done} steps done" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_compare_says_which_runs_are_whole(tmp_path):
+    out = tmp_path / "compare"
+    argv = ["--out", str(out), "--steps", "10000", *TINY_RUN, "--pg-methods", "grpo", "none",
+            "--normalizations", "sequence"]
+    _, stderr = _interrupt("course.compare", argv, out / "grpo-sequence-seed0" / "metrics.jsonl",
+                           1, tmp_path)
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted (Ctrl-C) after 0 of 2 runs: their folders in {out} are whole, the next "
+        "one's partial; no compare.md, .json or .png")
+    assert not (out / "compare.md").exists()
 
 
 # ---- submissions ---------------------------------------------------------------------------------
