@@ -15,7 +15,8 @@ the clipping the variants differ by actually acts.
 `--out DIR` gets one `course.train` folder per run, and `compare.png` (held-out sampled accuracy
 over steps, one curve per variant, mean over seeds, with the table beside it), `compare.md` (the
 table) and `compare.json` (every run's numbers and curve). A non-empty DIR is refused unless
-`--overwrite`: nothing a student ran before is lost.
+`--overwrite`: nothing a student ran before is lost. A Ctrl-C stops at once and says how many runs
+are whole.
 """
 
 from __future__ import annotations
