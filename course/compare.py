@@ -140,17 +140,15 @@ def main(argv: list[str] | None = None) -> int:
                         default=list(PG_METHODS), help="the policy-gradient losses to train with "
                         "(--losses: its name before, for one release)")
     parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     # a run of no steps has no last step to read the entropy and KL of
     types = {**flag_types(), "steps": flag_type(int, lambda value: out_of_range(value, 1, True))}
+    parser.add_argument("--seeds", nargs="+", type=types["seed"], default=[0])
     add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=types,
                          aliases=FLAG_ALIASES)
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
     pg_methods, normalizations, seeds = args.pop("pg_methods"), args.pop("normalizations"), args.pop("seeds")
-    if any(seed < 0 for seed in seeds):
-        parser.error(f"--seeds must be non-negative, got {seeds}")
     for flag, values in (("--pg-methods", pg_methods), ("--normalizations", normalizations),
                          ("--seeds", seeds)):
         if repeated := sorted({str(v) for v in values if values.count(v) > 1}):

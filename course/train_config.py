@@ -35,6 +35,7 @@ CHOICES = {"pg_method": PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampl
            "is_mode": IS_MODES}
 # More torch threads than cores only wait on each other; far more crash torch's thread pool.
 MAX_THREADS = os.cpu_count() or 1
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
 # The lowest value of each numeric option, whether that value itself is allowed, and (where a value
 # too high crashes rather than merely runs long) the highest.
 BOUNDS = {
@@ -42,7 +43,7 @@ BOUNDS = {
     "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
     "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
     "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
-    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
+    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True, MAX_SEED),
     "threads": (0, True, MAX_THREADS), "lora_rank": (0, True), "logits_chunk_size": (0, True),
     "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True), "entropy_coef": (0, True),
 }

@@ -67,7 +67,7 @@ class WarmStartConfig:
 # The lowest value of each numeric field, whether that value itself is allowed, and the highest.
 LOWER_BOUNDS = {
     "steps": (1, True), "batch_size": (1, True), "lr": (0, False), "max_grad_norm": (0, False),
-    "seed": (0, True), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
+    "seed": (0, True, 2**63 - 1), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
     "eval_problems": (1, True), "threads": (1, True, os.cpu_count() or 1), "snapshot_every": (0, True),
 }
 

@@ -22,7 +22,7 @@ from autograder.trusted.core import CHECKS
 from autograder.trusted.grader import READ_PROBLEMS
 from autograder.trusted.isolation import sandbox_problem
 from course.registry import STAGE_NAMED
-from course.train_config import BOUNDS, MAX_THREADS, TrainConfig
+from course.train_config import BOUNDS, MAX_SEED, MAX_THREADS, TrainConfig
 from instructor import batch, gradescope, release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,15 +105,19 @@ def test_gradescope_checks_its_out_zip(read_only, capsys):
 
 
 # ---- numeric flags -------------------------------------------------------------------------------
-def test_every_numeric_flag_has_a_bound_and_threads_at_most_the_cores():
+def test_every_numeric_flag_has_a_bound_and_threads_and_seeds_an_upper_one():
     numeric = {f.name for f in fields(TrainConfig)
                if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)}
     assert numeric == set(BOUNDS)
+    too_high = [("--threads", "100000", MAX_THREADS),  # torch's thread pool: exit 139
+                ("--seed", str(2**64), MAX_SEED)]  # torch.manual_seed: an overflow traceback
     for module in ("course.train", "course.compare"):
-        result = run_main(module, "--threads", "100000")  # torch's thread pool: exit 139
-        _one_line(result.stderr, f"{module}: error: argument --threads: ",
-                  f"must be <= {MAX_THREADS}, got 100000")
-        assert result.stdout.strip() == "exit 2; torch loaded: False"
+        for flag, value, bound in too_high:
+            flag = "--seeds" if module == "course.compare" and flag == "--seed" else flag
+            result = run_main(module, flag, value)
+            _one_line(result.stderr, f"{module}: error: argument {flag}: ",
+                      f"must be <= {bound}, got {value}")
+            assert result.stdout.strip() == "exit 2; torch loaded: False"
 
 
 @pytest.mark.parametrize("argv, message", [
