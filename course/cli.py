@@ -83,6 +83,8 @@ def unwritable(path: Path, folder: bool = True) -> str | None:
     """Why this user cannot write `path` as a folder (or, not `folder`, as a file): checked before
     any work, so that a bad --out is refused at once, not after the run. None when it can. A probe
     file in the nearest existing folder tells what permission bits do not (root, a read-only mount)."""
+    if folder and path.is_symlink() and not path.exists():
+        return f"{path} is a link to nothing"
     if path.exists() and path.is_dir() != folder:
         return f"{path} is {'a file, not a folder' if folder else 'a folder, not a file'}"
     if not folder and path.exists():

@@ -21,6 +21,7 @@ from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from autograder.trusted.core import CHECKS
 from autograder.trusted.grader import READ_PROBLEMS
 from autograder.trusted.isolation import sandbox_problem
+from course.cli import unwritable
 from course.registry import STAGE_NAMED
 from course.train_config import BOUNDS, MAX_SEED, MAX_THREADS, TrainConfig
 from instructor import batch, gradescope, release
@@ -46,6 +47,22 @@ def _one_line(stderr: str, start: str, *words: str) -> None:
 
 
 # ---- output paths, checked before any work -----------------------------------------------------
+def test_unwritable_says_what_stands_in_the_way(tmp_path, read_only):
+    (tmp_path / "file").write_text("kept")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    assert unwritable(tmp_path / "new" / "deeper") is None  # made later, with its parents
+    assert unwritable(tmp_path / "grades.csv", folder=False) is None
+    assert unwritable(tmp_path / "file", folder=False) is None
+    assert unwritable(tmp_path / "file") == f"{tmp_path / 'file'} is a file, not a folder"
+    assert unwritable(tmp_path / "file" / "run") == f"{tmp_path / 'file'} is a file, not a folder"
+    assert unwritable(tmp_path, folder=False) == f"{tmp_path} is a folder, not a file"
+    assert unwritable(tmp_path / "dangling") == f"{tmp_path / 'dangling'} is a link to nothing"
+    assert unwritable(tmp_path / "no" / "g.csv", folder=False) == f"no such folder {tmp_path / 'no'}"
+    assert unwritable(read_only / "run").startswith(f"{read_only} is not writable (")
+    assert (tmp_path / "file").read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) \
+        == ["dangling", "file"]  # nothing made, nothing left behind
+
+
 @pytest.mark.parametrize("module", ["course.train", "course.compare", "course.warm_start",
                                     "course.failure_runs", "course.reference_run"])
 @pytest.mark.parametrize("where", ["file", "read-only"])
