@@ -100,6 +100,15 @@ def test_release_checks_the_folder_it_writes_first(argv, flag, read_only, capsys
     _one_line(capsys.readouterr().err, f"instructor.release: error: argument {flag}: ")
 
 
+def test_release_without_nbgrader_says_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "nbgrader", None)  # how Python marks a module as not there
+    with pytest.raises(SystemExit) as exit_info:
+        release.main(["--notebooks", str(tmp_path / "notebooks")])
+    assert exit_info.value.code == 2
+    _one_line(capsys.readouterr().err, "instructor.release: error: the release runs nbgrader, "
+              "which is not installed: pip install -e \".[instructor]\"")
+
+
 @pytest.mark.parametrize("flag", ["--csv", "--feedback"])
 def test_batch_checks_its_csv_and_feedback_paths(tmp_path, read_only, capsys, flag):
     (tmp_path / "class" / "ada").mkdir(parents=True)
