@@ -12,6 +12,7 @@ from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from autograder.trusted.core import CHECKS
 from autograder.trusted.grader import ROOT
 from autograder.trusted.session import GradingSession
+from course.submission import MAX_NOTEBOOK_BYTES, MAX_PY_BYTES
 
 
 def submission_problem(spec: str) -> str | None:
@@ -39,8 +40,13 @@ def unreadable(path: Path) -> str | None:
             files = [p for p in path.iterdir() if p.suffix in (".ipynb", ".py") and p.is_file()]
         for file in files:
             os.close(os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        size = path.stat().st_size if path.is_file() else 0
     except OSError as exc:
         return f"--submission {path}: the grader cannot read {exc.filename or path} ({exc.strerror})"
+    limit = {".py": MAX_PY_BYTES, ".ipynb": MAX_NOTEBOOK_BYTES}.get(path.suffix)
+    if limit and size > limit:  # one file and nothing else to grade: no grading to start
+        return (f"--submission {path}: {size / 2**20:.1f} MiB, over the grader's limit of "
+                f"{limit / 2**20:.0f} MiB for a {path.suffix} file")
     return None
 
 

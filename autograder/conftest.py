@@ -96,6 +96,35 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError(problem)
 
 
+def notebook_stage(submission: str):
+    """The stage whose notebook `submission` is (by its file name: `06_aggregation.ipynb`), or
+    None for a folder, a module, a .py or a notebook of no stage: they are graded on every check."""
+    from pathlib import Path
+
+    from course.registry import REGISTRY
+
+    return next((stage for stage in REGISTRY if Path(submission).name == stage.notebook), None)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """One stage's notebook is graded on its own functions' checks: the other notebooks' functions
+    are not in it, and would fail as "not defined" one by one. The terminal summary says so."""
+    stage = notebook_stage(config.getoption("--submission"))
+    if stage is None:
+        return
+    kept = [item for item in items if not hasattr(item, "callspec")
+            or item.callspec.params["check"].function in stage.functions]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        config.stash[_only_key] = (f"{stage.notebook}: graded on the {len(kept)} checks of its own "
+                                   f"functions; the other notebooks' {len(items) - len(kept)} "
+                                   "checks were not run (--submission notebooks grades them all)")
+        items[:] = kept
+
+
+_only_key = pytest.StashKey[str]()
+
+
 class Session:
     """Created at the first check, so that `--collect-only` starts nothing."""
 
@@ -175,6 +204,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if grading_session.incomplete:
         write(escape(grading_session.incomplete))
     write(grader.isolation_note)
+    if only := config.stash.get(_only_key, None):
+        write(only)
     for note in ([grader.load_failure] if grader.load_failure else []) + grader.load_errors:
         write(f"note: {escape(note)}")
     if grading_session.tampering:

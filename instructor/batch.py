@@ -62,6 +62,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from autograder.options import COPIES, COPIES_HELP, Parser, memory_mb, positive_int, seconds
+from course.cli import unwritable
 
 SUFFIXES = (".py", ".ipynb")
 MAX_PY_BYTES = 4 * 2**20  # one .py submission
@@ -90,7 +91,7 @@ def entries(folder: Path) -> dict[str, Path]:
     for path in sorted(folder.iterdir()):
         if path.name.startswith((".", "_")):
             continue
-        if path.suffix in SUFFIXES or (path.is_dir() and not path.is_symlink()):
+        if path.suffix in SUFFIXES or path.is_dir():  # a link to a folder too: its row says why
             name = path.name if path.suffix not in SUFFIXES else path.stem
             found[path.name if name in found else name] = path  # alice/ and alice.py: both kept
     return found
@@ -262,8 +263,8 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
                           p for p in [graded["load_failure"]] + graded["load_errors"] if p],
                       checks=[{k: c[k] for k in ("name", "stage", "score", "max_score", "status",
                                                  "output")} for c in checks],
-                      note="; ".join(notes), prints=graded_prints(target),
-                      similarity=graded["similarity"])
+                      prints=graded_prints(target), similarity=graded["similarity"])
+        record["note"] = short_note(record["problems"])
     except EntryProblem as exc:
         record.update(problems=[f"not graded: {exc}"], note=f"not graded: {exc}")
     except Exception as exc:  # the grader itself failed on this entry: its row says so
@@ -274,6 +275,13 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
     finally:
         shutil.rmtree(private, ignore_errors=True)
     return record
+
+
+def short_note(problems: list[str], shown: int = 3) -> str:
+    """The CSV's note: the first `shown` problems with the submission, and how many more the
+    feedback file lists; empty only for a submission read without a problem."""
+    more = len(problems) - shown
+    return "; ".join(problems[:shown]) + (f"; and {more} more in the feedback file" if more > 0 else "")
 
 
 # ---- the class ---------------------------------------------------------------------------------
@@ -289,6 +297,7 @@ def stage_scores(record: dict) -> dict[str, float]:
 
 def feedback(record: dict) -> str:
     """What a student reads: the total, each stage, and every check with its diagnosis."""
+    from autograder.trusted.grader import READ_PROBLEMS
     from autograder.trusted.report import escape
 
     out = io.StringIO()
@@ -304,7 +313,10 @@ def feedback(record: dict) -> str:
     for check in record["checks"]:
         mark = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[check["status"]]
         out.write(f"\n{mark} {check['score']:g}/{check['max_score']:g}  {check['name']}\n")
-        for line in escape(check["output"]).splitlines():
+        output, repeated, _ = check["output"].partition(READ_PROBLEMS)
+        if repeated:  # the reading problems of a missing name: the notes above list them once
+            output += " (see the notes above)"
+        for line in escape(output).splitlines():
             out.write(f"    {line}\n")
     return out.getvalue()
 
@@ -497,9 +509,18 @@ def main(argv: list[str] | None = None) -> int:
             if handle.readline().strip() != ",".join(__getattr__("CSV_HEADER")):
                 parser.error(f"--csv {args.csv} exists and was not written by this command: "
                              "choose another name (nothing was overwritten)")
+    if problem := unwritable(args.csv, folder=False):
+        parser.error(f"argument --csv: {problem}")
     feedback_dir = args.feedback or args.csv.with_name(args.csv.name + ".feedback")
     if feedback_dir.exists() and not feedback_dir.is_dir():
         parser.error(f"--feedback {feedback_dir} is a file, not a folder")
+    if problem := unwritable(feedback_dir):
+        parser.error(f"argument --feedback: {problem}")
+    cores = len(os.sched_getaffinity(0))
+    if args.jobs > cores:  # more would only queue for the cores, each holding a sandbox's memory
+        print(f"--jobs {args.jobs} is more than the {cores} cores this process may use: grading "
+              f"{cores} at once", file=sys.stderr)
+        args.jobs = cores
     if not entries(args.dir):
         parser.error(f"DIR {args.dir} holds no submission (a folder, .ipynb or .py per student)")
     from autograder.trusted.isolation import sandbox_problem

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autograder.gradescope import GRADESCOPE_CPUS, GRADESCOPE_MEMORY
 from autograder.options import COPIES, COPIES_HELP, Parser, number
+from course.cli import unwritable
 from course.paths import ROOT
 
 PACKAGES = ("autograder", "course")  # the grader and the reference, nothing else of the project
@@ -169,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--out {args.out} exists: pass --force to replace it, or choose another name")
     if not args.out.parent.is_dir():
         parser.error(f"--out {args.out}: no such folder {args.out.parent}")
+    if problem := unwritable(args.out, folder=False):
+        parser.error(f"argument --out: {problem}")
     names = build(args.out, allow_reference=args.allow_reference, copies=args.copies)
     if args.allow_reference:
         print(f"wrote {args.out} ({len(names)} files): a CHECK BUNDLE (--allow-reference): pasted "

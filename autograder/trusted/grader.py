@@ -50,6 +50,8 @@ STATUS_MESSAGES = {
     "delegated": ("{fn} only calls the reference `course.{fn}`: write your own implementation "
                   "(calling the reference functions of earlier stages is fine)"),
 }
+# after "missing": why the name may be missing (a report that lists them once cuts it here)
+READ_PROBLEMS = " (problems while reading the submission: "
 
 
 @dataclass
@@ -406,7 +408,7 @@ class Grader:
         if status in STATUS_MESSAGES:
             message_text = STATUS_MESSAGES[status].format(fn=function)
             if status == "missing" and self.load_errors:
-                message_text += " (problems while reading the submission: " + "; ".join(self.load_errors[:3]) + ")"
+                message_text += f"{READ_PROBLEMS}{'; '.join(self.load_errors[:3])})"
             raise Fail(message_text)
         return response
 
