@@ -3,7 +3,9 @@
 A check is a named, pointed function of a `Context` (see `grader.py`) that either returns (full
 points) or raises `Fail` with the reason (zero points). A check may be `paid_with` the main value
 check of its function: error paths and properties that a constant satisfies pay only for code that
-also computes the right values. Comparisons know the common wrong answers:
+also computes plausibly right values (the value check passes, or misses by no more than
+`PLAUSIBLE` and looks like no known mistake: a float difference near the tolerance costs the value
+check, never the function's other points). Comparisons know the common wrong answers:
 `compare(got, expected, what, mistakes)` computes each mistake's answer from the same inputs and,
 when the student's output matches one, says "this looks like X; fix: Y".
 
@@ -30,7 +32,13 @@ ASCII = str.maketrans({"−": "-", "·": "*", "π": "pi", "ε": "eps", "δ": "d"
 
 
 class Fail(Exception):
-    """A check failed; the message is shown to the student."""
+    """A check failed; the message is shown to the student. `near`: the values were off by no more
+    than `PLAUSIBLE` and matched no known mistake, so the function plausibly computes the right
+    thing (the checks paid with this one still pay: see `Check.paid_with`)."""
+
+    def __init__(self, message: str, near: bool = False):
+        super().__init__(message)
+        self.near = near
 
 
 class NeedsReference(Exception):
@@ -130,6 +138,11 @@ def precision(value: torch.Tensor) -> torch.dtype:
     return torch.float32 if bool((finite.float().double() == finite).all()) else torch.float64
 
 
+def _largest(expected: torch.Tensor) -> float:
+    finite = expected.detach()[torch.isfinite(expected.detach())]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
 def bounds(tolerance: Tolerance, got: torch.Tensor, expected: torch.Tensor, scale: float = 1.0,
            magnitude: float | None = None) -> tuple[float, float]:
     """(rtol, atol) for `got`: the tolerance, widened to float32 rounding where `got` carries float32
@@ -139,11 +152,15 @@ def bounds(tolerance: Tolerance, got: torch.Tensor, expected: torch.Tensor, scal
     rtol, atol = tolerance.rtol, tolerance.atol * scale
     if expected.dtype != torch.float64 or precision(got) != torch.float32:
         return rtol, atol
-    if magnitude is None:
-        finite = expected.detach()[torch.isfinite(expected.detach())]
-        magnitude = float(finite.abs().max()) if finite.numel() else 0.0
+    magnitude = _largest(expected) if magnitude is None else magnitude
     ulps = tolerance.float32_ulps * FLOAT32
     return max(rtol, ulps), max(atol, ulps * magnitude)
+
+
+# The gate of `paid_with`: a miss this small is arithmetic, not a wrong formula (every known
+# mistake moves a value by ≥ 1e-2 or is named by its diagnosis); relative to the largest entry.
+PLAUSIBLE = Tolerance(1e-3, 1e-3, "a near miss: rounding or a different but valid order of "
+                      "operations; known mistakes move values by ≥ 1e-2 or are diagnosed by name")
 
 
 @dataclass
@@ -289,7 +306,8 @@ def compare(got, expected: torch.Tensor, what: str, mistakes=(), tolerance: Tole
         raise Fail(f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
     if got.dtype.is_floating_point and bool(torch.isnan(got).any()) and not bool(torch.isnan(expected).any()):
         raise Fail(f"{what} contains NaN where the expected values are finite")
-    raise Fail(f"{what} does not match the reference: {_where(got, expected)}")
+    near = close(got, expected, PLAUSIBLE.rtol, PLAUSIBLE.atol * _largest(expected))
+    raise Fail(f"{what} does not match the reference: {_where(got, expected)}", near=near)
 
 
 def scalar(got, what: str) -> float:
@@ -332,7 +350,9 @@ def compare_scalar(got, expected: float, what: str, mistakes=(), tolerance: Tole
     if hint:
         raise Fail(f"{what} is wrong: {hint}")
     kind = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
-    raise Fail(f"{what} is {number(value)} ({kind}), expected {number(expected)}")
+    near = abs(value - expected) <= PLAUSIBLE.atol * max(abs(expected), magnitude or 0.0) \
+        + PLAUSIBLE.rtol * abs(expected)
+    raise Fail(f"{what} is {number(value)} ({kind}), expected {number(expected)}", near=near)
 
 
 def field(output, key: str, what: str):
@@ -365,18 +385,24 @@ def describe_error(function: str, response: dict) -> str:
 
 def judge_cases(ctx, case_name: str, judge, stored: int | None = None) -> None:
     """Run `judge(case_run)` on the stored cases (the first `stored` of them when given) and on the
-    fresh one; catch an implementation that only knows the stored ones."""
+    fresh one; catch an implementation that only knows the stored ones. The first failure is
+    reported; it is `near` only if no case fails by more (the later cases are judged to know)."""
     passed_stored = True
     runs = ctx.cases(case_name)
     if stored is not None:
         runs = [run for run in runs if not run.fresh][:stored] + [run for run in runs if run.fresh]
+    first = None
     for run in runs:
         try:
             judge(run)
         except Fail as exc:
-            if run.fresh and passed_stored:
+            if run.fresh and passed_stored and not exc.near:
                 raise Fail(f"{run.label}: {exc} — the stored cases passed but fresh inputs do "
                            "not: an implementation that reads the expected values instead of "
                            "computing them gets no points for them") from None
-            raise Fail(f"{run.label}: {exc}") from None
+            if not exc.near:
+                raise Fail(f"{(first or (run, exc))[0].label}: {(first or (run, exc))[1]}") from None
+            first = first or (run, exc)
         passed_stored = passed_stored and not run.fresh
+    if first:
+        raise Fail(f"{first[0].label}: {first[1]}", near=True)

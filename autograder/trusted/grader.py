@@ -240,6 +240,7 @@ class Grader:
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
+        self.near: set[str] = set()  # value checks failed by a near miss only: their gates stay open
         self.case_cache: dict[str, list] = {}
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
@@ -435,7 +436,7 @@ class Grader:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])
             if gate_score is None:
                 score, output = None, f"skipped: paid only with '{check.gate}', which is skipped"
-            elif gate_score == 0:
+            elif gate_score == 0 and check.gate not in self.near:
                 note = f"paid only when '{check.gate}' passes"
                 output = (f"this check passes, but it is {note}, and that check failed: {gate_output}"
                           if score else f"{output} ({note})")
@@ -454,6 +455,8 @@ class Grader:
                 self.verdicts[check.name] = (None, f"skipped: {exc}")
             except Fail as exc:
                 self.verdicts[check.name] = (0.0, str(exc))
+                if exc.near:
+                    self.near.add(check.name)
             except Exception as exc:  # a judge must never take the grader down
                 self.grader_errors.append(f"{check.name} ({type(exc).__name__}: {exc})")
                 self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
