@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -369,11 +370,45 @@ def item(output, index: int, length: int, what: str):
     return output[index]
 
 
-def describe_error(function: str, response: dict) -> str:
+_NO_MODULE = re.compile(r"(?:ModuleNotFoundError: )?No module named '([A-Za-z_][\w.]*)'")
+
+
+def missing_package(text: str) -> str | None:
+    """The package a "No module named 'x.y'" error names ('x'), unless it is the course's own
+    (a stage module the grading withholds on purpose says so itself)."""
+    found = _NO_MODULE.search(text)
+    name = found.group(1).split(".")[0] if found else None
+    return None if name in (None, "course") else name
+
+
+def no_package(name: str) -> str:
+    return f"the grading environment has no package {name!r}; ask your instructor"
+
+
+def plain_problem(problem: str) -> str:
+    """A problem met while loading the submission, with a missing package named as the grader's
+    limit rather than the student's error."""
+    name = missing_package(problem)
+    return _NO_MODULE.sub(no_package(name), problem) if name else problem
+
+
+def describe_error(function: str, response: dict, load_problems=()) -> str:
+    """What the student's code raised. An import that the grading environment cannot satisfy is
+    the grader's limit: said plainly, also when it surfaces later as a NameError of the name the
+    failed import would have bound (`load_problems`: what went wrong while loading)."""
     status = response.get("status")
     if status == "error":
         if response.get("not_implemented"):
             return f"{function} raises NotImplementedError: it is not implemented yet"
+        missing = missing_package(str(response.get("message", ""))) \
+            if response.get("error_type") in ("ModuleNotFoundError", "ImportError") else None
+        if missing:
+            return f"{function} could not import {missing!r}: {no_package(missing)}"
+        absent = sorted({name for name in map(missing_package, load_problems) if name})
+        if response.get("error_type") == "NameError" and absent:
+            return (f"{function} raised NameError: {response.get('message')}, after the submission's "
+                    "import of " + ", ".join(map(repr, absent)) + " failed: "
+                    + "; ".join(map(no_package, absent)))
         tail = str(response.get("traceback", "")).strip().splitlines()[-3:]
         where = ("\n  " + "\n  ".join(tail)) if tail else ""
         if response.get("error_type") == "MemoryError":  # the per-process bound, met in Python

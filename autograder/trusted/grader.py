@@ -27,7 +27,14 @@ import torch
 from autograder.options import DEFAULT_OPTIONS, GradingOptions
 from autograder.protocol.markers import MODEL_FUNCTIONS
 from autograder.trusted import core
-from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
+from autograder.trusted.core import (
+    CASES,
+    STORED_ONLY,
+    Fail,
+    NeedsReference,
+    describe_error,
+    plain_problem,
+)
 from autograder.trusted.isolation import isolation_tier
 from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import ResultsError, write_results
@@ -401,7 +408,8 @@ class Grader:
         if status in STATUS_MESSAGES:
             message_text = STATUS_MESSAGES[status].format(fn=function)
             if status == "missing" and self.load_errors:
-                message_text += " (problems while reading the submission: " + "; ".join(self.load_errors[:3]) + ")"
+                message_text += (" (problems while reading the submission: "
+                                 + "; ".join(map(plain_problem, self.load_errors[:3])) + ")")
             raise Fail(message_text)
         return response
 
@@ -491,7 +499,7 @@ class Grader:
             raise GradingIncomplete(incomplete_note(self.incomplete))
         score, _ = self.totals()
         seed = self.seed_note if self.stored_only else f"fresh-input seed {self.seed}"
-        notes = [self.isolation_note, seed] + self.load_errors[:10]
+        notes = [self.isolation_note, seed] + [plain_problem(e) for e in self.load_errors[:10]]
         if len(self.load_errors) > 10:
             notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
@@ -535,7 +543,7 @@ class Context:
         """The probe's answer; an exception in the student's code fails the check."""
         response = self.outcome(function, kwargs, **options)
         if response.get("status") != "ok":
-            raise Fail(describe_error(function, response))
+            raise Fail(describe_error(function, response, self.grader.load_errors))
         return response
 
     def train_steps(self, runs: list, model: dict, lr: float = 1.0, ddp: bool = False,
