@@ -97,6 +97,9 @@ MUTANTS = {
     "non_finite_step_skipped": ("grpo_train_step", "non-finite loss raises", "gave no error"),
     # padding that holds nan/inf must not reach the loss
     "padding_leaks_nan": ("aggregate_loss_across_microbatch", "masked positions never leak", "leaks them"),
+    # an empty response's 0/0 is not a leak: the diagnosis names the division
+    "empty_row_zero_over_zero": ("aggregate_loss_across_microbatch", "masked positions never leak",
+                                 "divides 0 by its count of 0"),
     # constants that satisfy a property check are paid nothing without their value check
     "tis_zeros": ("truncated_importance_weights", "carry no gradient", "paid only when"),
     "train_step_no_update": ("grpo_train_step", "leaves no gradients behind", "paid only when"),
@@ -275,6 +278,15 @@ def test_a_wrong_denominator_is_not_called_a_leak(mutant_grades):
     assert len(leak) == 1 and leak[0]["status"] == "failed", leak
     assert "nothing leaks, fix that one first" in leak[0]["output"], leak[0]["output"]
     assert "multiplying by the mask" not in leak[0]["output"]
+
+
+def test_an_empty_response_divided_by_zero_is_not_called_a_leak(mutant_grades):
+    """Code that selects with torch.where leaks nothing; its nan is the empty row's 0/0, and both
+    the sequence check and the leak check say so, never "multiplying by the mask"."""
+    results = mutant_grades["empty_row_zero_over_zero"]["results"]
+    failed = {name: r["output"] for name, r in results.items() if r["status"] == "failed"}
+    assert len(failed) == 2 and all("0/0" in output for output in failed.values()), failed
+    assert not any("multiplying by the mask" in output for output in failed.values()), failed
 
 
 def test_chunk_without_recomputation_loses_exactly_the_memory_check(mutant_grades):

@@ -20,6 +20,10 @@ from autograder.trusted.core import (
 )
 
 FN = "aggregate_loss_across_microbatch"
+# the diagnosis of a nan that no masked value caused: 0/0 from the row without response tokens
+EMPTY_ROW = ("the sequence with no response tokens divides 0 by its count of 0 (0/0 = nan); fix: "
+             "count it as a loss of 0 that still counts in B: divide by the count clamped to 1, "
+             "mask.sum(1).clamp_min(1)")
 STEP_TOKENS = 37  # the token count of a whole (imaginary) optimizer step this micro-batch belongs to
 
 
@@ -57,7 +61,11 @@ def sequence_mode(ctx) -> None:
     def judge(run):
         loss, mask, sums, lengths = _pieces(run.inputs)
         non_empty = lengths > 0
-        compare_scalar(_call(ctx, run.inputs, "sequence"), float(run.expected[0]), "sequence-normalized loss", [
+        got = _call(ctx, run.inputs, "sequence")
+        if not math.isfinite(scalar(got, "the sequence-normalized loss")):
+            raise Fail(f"the sequence-normalized loss is {scalar(got, 'it')} with finite losses: "
+                       f"{EMPTY_ROW}")
+        compare_scalar(got, float(run.expected[0]), "sequence-normalized loss", [
             Mistake("the empty sequence left out of B", "a sequence with no response tokens counts as 0 and "
                     "still counts in B: divide by B", lambda: (sums[non_empty] / lengths[non_empty]).mean()),
             Mistake("one mean over all response tokens (token normalization)",
@@ -110,6 +118,10 @@ def padding_does_not_leak(ctx) -> None:
         for mode, constant, index in (("sequence", None, 0), ("token", STEP_TOKENS, 1), ("constant", 24.0, 2)):
             got = scalar(_call(ctx, inputs, mode, constant), f"the {mode}-normalized loss")
             clean = scalar(_call(ctx, run.inputs, mode, constant), f"the {mode}-normalized loss")
+            if not math.isfinite(clean):  # the nan is there without any nan/inf to leak
+                raise Fail(f"the {mode}-normalized loss is {clean} already with finite losses at "
+                           "every position, so nothing leaks: "
+                           + (EMPTY_ROW if mode == "sequence" else f"see the '{mode}:' check"))
             if math.isfinite(got) and not scalar_matches(clean, float(run.expected[index]),
                                                          magnitude=_magnitude(run.inputs)):
                 raise Fail(f"the {mode}-normalized loss is wrong already without inf/nan at masked "
