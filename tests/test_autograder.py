@@ -289,6 +289,16 @@ def test_an_empty_response_divided_by_zero_is_not_called_a_leak(mutant_grades):
     assert not any("multiplying by the mask" in output for output in failed.values()), failed
 
 
+def test_the_given_chunked_head_alone_earns_nothing(mutant_grades):
+    """A get_response_log_probs that is all given code (the chunked head, for the plain path too)
+    earns none of the function's points: the chunked checks pay only beside a plain path of the
+    student's own."""
+    graded = mutant_grades["plain_path_uses_chunked_head"]
+    assert graded["score"] == 0, {n: r["output"] for n, r in graded["results"].items()}
+    chunked = [r["output"] for n, r in graded["results"].items() if "chunked" in n]
+    assert len(chunked) == 2 and all("plain path of your own" in o for o in chunked), chunked
+
+
 def test_chunk_without_recomputation_loses_exactly_the_memory_check(mutant_grades):
     """The saved-bytes check is the only one a chunked head that keeps every chunk's logits fails
     (its values are right): one point, with the fix named (tests/test_memory_check.py counts the
