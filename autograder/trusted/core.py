@@ -124,7 +124,7 @@ BFLOAT16 = Tolerance(0.0, 2e-3, "float32 log-softmax of the same bfloat16 logits
 # operation rounds to 2^-24 relative, and a cancellation such as r − mean keeps that rounding in
 # absolute terms of the operands (IEEE 754; Higham, Accuracy and Stability of Numerical Algorithms,
 # §1.7). Measured: the reference run in float32 on 200 fresh seeds misses the float64 answer by
-# ≤ 8 ulps of the largest expected entry (tests/test_float32_answers.py); 64 ulps (7.6e-6 relative)
+# ≤ 8 ulps of the largest expected entry (tests/test_fair_checks.py); 64 ulps (7.6e-6 relative)
 # is 8× that, and every known bug still misses by ≥ 1e-2 in at least one case.
 FLOAT32 = torch.finfo(torch.float32).eps
 
