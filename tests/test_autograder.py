@@ -32,6 +32,7 @@ MUTANTS = {
     "padding_in_mask": ("tokenize_prompt_and_output", "values match", "padding in the mask"),
     "unshifted_mask": ("tokenize_prompt_and_output", "values match", "not shifted with the labels"),
     "pad_with_eos": ("tokenize_prompt_and_output", "values match", "padding with eos"),
+    "joint_encoding": ("tokenize_prompt_and_output", "values match", "encoded together as one string"),
     "entropy_log2": ("compute_entropy", "values match", "log base 2"),
     "entropy_no_minus": ("compute_entropy", "values match", "without the minus sign"),
     "naive_entropy": ("compute_entropy", "stable for large logits", "logsumexp"),
