@@ -435,9 +435,9 @@ def judge_cases(ctx, case_name: str, judge, stored: int | None = None) -> None:
                 raise Fail(f"{run.label}: {exc} — the stored cases passed but fresh inputs do "
                            "not: an implementation that reads the expected values instead of "
                            "computing them gets no points for them") from None
-            if not exc.near:
-                raise Fail(f"{(first or (run, exc))[0].label}: {(first or (run, exc))[1]}") from None
             first = first or (run, exc)
+            if not exc.near:  # reported as the first failure, which is no longer near
+                raise Fail(f"{first[0].label}: {first[1]}") from None
         passed_stored = passed_stored and not run.fresh
     if first:
         raise Fail(f"{first[0].label}: {first[1]}", near=True)
