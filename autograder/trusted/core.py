@@ -420,8 +420,9 @@ def describe_error(function: str, response: dict, load_problems=()) -> str:
 
 def judge_cases(ctx, case_name: str, judge, stored: int | None = None) -> None:
     """Run `judge(case_run)` on the stored cases (the first `stored` of them when given) and on the
-    fresh one; catch an implementation that only knows the stored ones. The first failure is
-    reported; it is `near` only if no case fails by more (the later cases are judged to know)."""
+    fresh one; catch an implementation that only knows the stored ones. A near miss (`Fail.near`)
+    does not stop the judging: a later case that fails by more is the one reported, and the check
+    is near only if every failure was."""
     passed_stored = True
     runs = ctx.cases(case_name)
     if stored is not None:
@@ -435,9 +436,9 @@ def judge_cases(ctx, case_name: str, judge, stored: int | None = None) -> None:
                 raise Fail(f"{run.label}: {exc} — the stored cases passed but fresh inputs do "
                            "not: an implementation that reads the expected values instead of "
                            "computing them gets no points for them") from None
+            if not exc.near:
+                raise Fail(f"{run.label}: {exc}") from None
             first = first or (run, exc)
-            if not exc.near:  # reported as the first failure, which is no longer near
-                raise Fail(f"{first[0].label}: {first[1]}") from None
         passed_stored = passed_stored and not run.fresh
     if first:
         raise Fail(f"{first[0].label}: {first[1]}", near=True)
