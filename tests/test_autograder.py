@@ -33,6 +33,7 @@ MUTANTS = {
     "padding_in_mask": ("tokenize_prompt_and_output", "values match", "padding in the mask"),
     "unshifted_mask": ("tokenize_prompt_and_output", "values match", "not shifted with the labels"),
     "pad_with_eos": ("tokenize_prompt_and_output", "values match", "padding with eos"),
+    "joint_encoding": ("tokenize_prompt_and_output", "values match", "encoded together as one string"),
     "entropy_log2": ("compute_entropy", "values match", "log base 2"),
     "entropy_no_minus": ("compute_entropy", "values match", "without the minus sign"),
     "naive_entropy": ("compute_entropy", "stable for large logits", "logsumexp"),
@@ -98,6 +99,9 @@ MUTANTS = {
     "non_finite_step_skipped": ("grpo_train_step", "non-finite loss raises", "gave no error"),
     # padding that holds nan/inf must not reach the loss
     "padding_leaks_nan": ("aggregate_loss_across_microbatch", "masked positions never leak", "leaks them"),
+    # an empty response's 0/0 is not a leak: the diagnosis names the division
+    "empty_row_zero_over_zero": ("aggregate_loss_across_microbatch", "masked positions never leak",
+                                 "divides 0 by its count of 0"),
     # constants that satisfy a property check are paid nothing without their value check
     "tis_zeros": ("truncated_importance_weights", "carry no gradient", "paid only when"),
     "train_step_no_update": ("grpo_train_step", "leaves no gradients behind", "paid only when"),
@@ -276,6 +280,25 @@ def test_a_wrong_denominator_is_not_called_a_leak(mutant_grades):
     assert len(leak) == 1 and leak[0]["status"] == "failed", leak
     assert "nothing leaks, fix that one first" in leak[0]["output"], leak[0]["output"]
     assert "multiplying by the mask" not in leak[0]["output"]
+
+
+def test_an_empty_response_divided_by_zero_is_not_called_a_leak(mutant_grades):
+    """Code that selects with torch.where leaks nothing; its nan is the empty row's 0/0, and both
+    the sequence check and the leak check say so, never "multiplying by the mask"."""
+    results = mutant_grades["empty_row_zero_over_zero"]["results"]
+    failed = {name: r["output"] for name, r in results.items() if r["status"] == "failed"}
+    assert len(failed) == 2 and all("0/0" in output for output in failed.values()), failed
+    assert not any("multiplying by the mask" in output for output in failed.values()), failed
+
+
+def test_the_given_chunked_head_alone_earns_nothing(mutant_grades):
+    """A get_response_log_probs that is all given code (the chunked head, for the plain path too)
+    earns none of the function's points: the chunked checks pay only beside a plain path of the
+    student's own."""
+    graded = mutant_grades["plain_path_uses_chunked_head"]
+    assert graded["score"] == 0, {n: r["output"] for n, r in graded["results"].items()}
+    chunked = [r["output"] for n, r in graded["results"].items() if "chunked" in n]
+    assert len(chunked) == 2 and all("plain path of your own" in o for o in chunked), chunked
 
 
 def test_chunk_without_recomputation_loses_exactly_the_memory_check(mutant_grades):

@@ -27,7 +27,14 @@ import torch
 from autograder.options import DEFAULT_OPTIONS, GradingOptions
 from autograder.protocol.markers import MODEL_FUNCTIONS
 from autograder.trusted import core
-from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
+from autograder.trusted.core import (
+    CASES,
+    STORED_ONLY,
+    Fail,
+    NeedsReference,
+    describe_error,
+    plain_problem,
+)
 from autograder.trusted.isolation import isolation_tier
 from autograder.trusted.reference import authorship, course_sources
 from autograder.trusted.report import SIMILARITY_TITLE, similarity_lines
@@ -245,6 +252,7 @@ class Grader:
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
+        self.near: set[str] = set()  # value checks failed by a near miss only: their gates stay open
         self.case_cache: dict[str, list] = {}
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
@@ -408,7 +416,8 @@ class Grader:
         if status in STATUS_MESSAGES:
             message_text = STATUS_MESSAGES[status].format(fn=function)
             if status == "missing" and self.load_errors:
-                message_text += f"{READ_PROBLEMS}{'; '.join(self.load_errors[:3])})"
+                message_text += (f"{READ_PROBLEMS}"
+                                 + "; ".join(map(plain_problem, self.load_errors[:3])) + ")")
             raise Fail(message_text)
         return response
 
@@ -443,7 +452,7 @@ class Grader:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])
             if gate_score is None:
                 score, output = None, f"skipped: paid only with '{check.gate}', which is skipped"
-            elif gate_score == 0:
+            elif gate_score == 0 and check.gate not in self.near:
                 note = f"paid only when '{check.gate}' passes"
                 output = (f"this check passes, but it is {note}, and that check failed: {gate_output}"
                           if score else f"{output} ({note})")
@@ -462,6 +471,8 @@ class Grader:
                 self.verdicts[check.name] = (None, f"skipped: {exc}")
             except Fail as exc:
                 self.verdicts[check.name] = (0.0, str(exc))
+                if exc.near:
+                    self.near.add(check.name)
             except Exception as exc:  # a judge must never take the grader down
                 self.grader_errors.append(f"{check.name} ({type(exc).__name__}: {exc})")
                 self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
@@ -496,7 +507,7 @@ class Grader:
             raise GradingIncomplete(incomplete_note(self.incomplete))
         score, _ = self.totals()
         seed = self.seed_note if self.stored_only else f"fresh-input seed {self.seed}"
-        notes = [self.isolation_note, seed] + self.load_errors[:10]
+        notes = [self.isolation_note, seed] + [plain_problem(e) for e in self.load_errors[:10]]
         if len(self.load_errors) > 10:
             notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
@@ -553,7 +564,7 @@ class Context:
         """The probe's answer; an exception in the student's code fails the check."""
         response = self.outcome(function, kwargs, **options)
         if response.get("status") != "ok":
-            raise Fail(describe_error(function, response))
+            raise Fail(describe_error(function, response, self.grader.load_errors))
         return response
 
     def train_steps(self, runs: list, model: dict, lr: float = 1.0, ddp: bool = False,
