@@ -94,6 +94,7 @@ def test_the_install_cell_brings_the_course_into_a_fresh_runtime(tmp_path):
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "torch==2.13.0"], check=True, env=env)  # the runtime's own torch
     cell = install_cell().replace(UNSET, f"COURSE_SOURCE = {str(archive)!r}\n")
+    cell += "\nimport course.train\nprint('this kernel imports', course.train.__file__)\n"
     runtime = tmp_path / "content"  # a hosted runtime's working folder: no clone in it
     runtime.mkdir()
     start = time.perf_counter()
@@ -103,6 +104,7 @@ def test_the_install_cell_brings_the_course_into_a_fresh_runtime(tmp_path):
     print(f"\ninstall cell in a fresh virtualenv: {seconds:.0f} s\n{ran.stdout}")
     assert f"installed the course from {archive}" in ran.stdout
     assert "keeping the runtime's torch 2.13.0" in ran.stdout
+    assert f"this kernel imports {venv}" in ran.stdout  # no restart needed
     check = ("import course, torch, json\n"
              "from course.tiny_hf import build_bpe_tokenizer, build_tiny_causal_lm, synthetic_gsm8k\n"
              "from course.tiny_hf import write_jsonl\n"
