@@ -188,7 +188,8 @@ def landlock_problem(root: Path) -> str | None:
         hint = " (pip install pyseccomp)" if "pyseccomp" in seen["error"] else ""
         return f"Landlock and seccomp could not confine a stage here: {seen['error']}{hint}"
     wrong = [name for name, want in (("write_private", True), ("read_forbidden", False),
-                                     ("inet_socket", False), ("unshare", False), ("fork", True))
+                                     ("inet_socket", False), ("unix_socket", False),
+                                     ("unshare", False), ("fork", True))
              if seen.get(name) is not want]
     if wrong:
         return f"Landlock and seccomp did not confine a stage as they must here: {wrong}"

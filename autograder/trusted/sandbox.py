@@ -23,7 +23,6 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from autograder.protocol import wire
 from autograder.trusted import isolation, memory
+from autograder.untrusted import cleanup
 
 WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
@@ -83,6 +83,7 @@ class Sandbox:
         self.tier = (tier or isolation.isolation_tier(root)[0] or "bubblewrap") if isolated else None
         self.memory_bytes = memory_mb * 2**20  # per child, on top of what the template mapped
         self.process = self.control = None
+        self.cleanup_failures: list[str] = []  # what could not be deleted (the grading is incomplete)
         self.private = tempfile.mkdtemp(prefix="autograder-")  # 0700: the grader's own folder
         self.stages = None  # tier 2: the folder of the children's private folders (0711)
         if self.tier == "landlock-seccomp":
@@ -179,6 +180,8 @@ class Sandbox:
     def fork(self, stage: str, fds: list, ranks: int = 0) -> tuple[int, int]:
         """A new child for `stage` with these descriptors (and `ranks` data-parallel ranks forked
         before its submission loads: tier 2); returns (pid, uid) inside the sandbox."""
+        if self.control is None:
+            raise WorkerError("crash", "the sandbox had stopped")
         self.forks += 1
         uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
         socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage, "uid": uid,
@@ -191,7 +194,10 @@ class Sandbox:
             return {"signal": signal.SIGKILL, "killed_by_grader": True}
         self.control.send(json.dumps({"op": "reap", "pid": pid, "uid": uid,
                                       "grace": grace}).encode())
-        return self._reply(60 + grace, "ending a worker")
+        status = self._reply(60 + grace, "ending a worker")
+        if status.get("cleanup"):
+            self.cleanup_failures.append(str(status["cleanup"])[:300])
+        return status
 
     def uids(self) -> range:
         """The user ids this grading's children run under (none where they share the grader's)."""
@@ -214,13 +220,13 @@ class Sandbox:
         if self.control is not None:
             self.control.close()
             self.control = None
-        if self.stages is not None:
-            for entry in os.listdir(self.stages):
-                shutil.rmtree(os.path.join(self.stages, entry), ignore_errors=True)
+        # iterative and bounded (`autograder.untrusted.cleanup`): what a child left never raises here
+        left = [cleanup.empty(self.stages)] if self.stages is not None else []
         if not keep_folder:
-            shutil.rmtree(self.private, ignore_errors=True)
-            if self.stages is not None:
-                shutil.rmtree(self.stages, ignore_errors=True)
+            left += [cleanup.remove(self.private)] + \
+                ([cleanup.remove(self.stages)] if self.stages is not None else [])
+        self.cleanup_failures += [f"the sandbox's files could not all be deleted: {why}"
+                                  for why in left if why]
 
 
 def processes_of(uids: range) -> list[int]:
