@@ -8,6 +8,7 @@ gradings and two busy processes share two cores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -124,8 +125,9 @@ def test_tier_2_confines_a_child_as_it_must():
     finally:
         shutil.rmtree(private, ignore_errors=True)
     seen = json.loads(done.stdout)
-    assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"] and seen["unix_socket"]
-    assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unshare"]), seen
+    assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"]
+    assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unix_socket"]
+                or seen["unshare"]), seen
     box = Sandbox(ROOT, "cpu", 256, isolated=True, tier="landlock-seccomp")
     try:
         assert os.stat(box.private).st_mode & 0o777 == 0o700
@@ -209,6 +211,116 @@ def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypa
     assert failed["load_failure"] in failed["incomplete"]  # no grade: nothing was judged
     assert "says nothing about your code" in failed["load_failure"]
     assert all("overloaded" in r["output"] for r in failed["results"].values())
+
+
+def _stop_the_sandbox_at(calls: set, monkeypatch) -> list:
+    """Fault injection: the sandbox's answers numbered in `calls` (counted from 1, "starting a
+    worker" and "ending a worker" alike) time out, exactly as `Sandbox._reply` times out on an
+    overloaded machine (the sandbox is closed, WorkerError "overloaded"). Returns the count."""
+    from autograder.trusted import sandbox
+    from autograder.trusted.sandbox import WorkerError
+
+    real, seen = sandbox.Sandbox._reply, []
+
+    def reply(self, timeout, doing):
+        if doing != "starting":
+            seen.append(doing)
+            if len(seen) in calls:
+                self.close(keep_folder=True)
+                raise WorkerError("overloaded", "the grader is overloaded: its sandbox did not "
+                                                f"answer within {timeout:.0f} s while {doing}")
+        return real(self, timeout, doing)
+
+    monkeypatch.setattr(sandbox.Sandbox, "_reply", reply)
+    return seen
+
+
+@needs_sandbox
+def test_a_sandbox_that_stops_answering_mid_grading_is_restarted_and_the_check_retried(
+        monkeypatch):
+    """The sandbox times out while it starts the second stage's child (the third answer: fork,
+    reap, fork): a fresh sandbox is started and the check run again, and the reference keeps full
+    marks; no later check meets a closed sandbox."""
+    seen = _stop_the_sandbox_at({3}, monkeypatch)
+    graded = grade("course", ("compute_entropy", "tokenize_prompt_and_output"), official=True)
+    failed = {n: r["output"] for n, r in graded["results"].items() if r["status"] != "passed"}
+    assert len(seen) > 3 and not graded["incomplete"], graded["incomplete"]
+    assert graded["score"] == graded["max_score"] > 0, failed
+
+
+@needs_sandbox
+def test_a_sandbox_that_keeps_stopping_makes_the_grading_incomplete_in_plain_words(monkeypatch):
+    """Every answer after the first fork times out: two restarts, then the grading is incomplete,
+    and neither the checks nor the reason hold Python's words for an error."""
+    _stop_the_sandbox_at(set(range(2, 100)), monkeypatch)
+    graded = grade("course", ("compute_entropy", "tokenize_prompt_and_output"), official=True)
+    said = " ".join(graded["incomplete"] + [r["output"] for r in graded["results"].values()])
+    assert graded["incomplete"] and "stopped answering 3 times" in said, said
+    assert "says nothing about your code" in said
+    for python_words in ("Error", "Traceback", "NoneType", "Exception"):
+        assert python_words not in said, said
+
+
+ATTACKS = ("network_unix_socket_path.py", "disk_nested_folders.py", "disk_fallocate.py")
+
+
+@pytest.fixture
+def root_socket():
+    """The root-owned unix sockets (stream: hands out the reference; datagram: a mailbox) that the
+    socket attack looks for outside the sandbox, mode 0666: only the sandbox stands between."""
+    import socket
+
+    from test_redteam import REFERENCE_SOCKET
+
+    made = []
+    for path, kind in ((REFERENCE_SOCKET, socket.SOCK_STREAM),
+                       (REFERENCE_SOCKET + ".dgram", socket.SOCK_DGRAM)):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        server = socket.socket(socket.AF_UNIX, kind)
+        server.bind(path)
+        os.chmod(path, 0o666)
+        server.setblocking(False)
+        if kind == socket.SOCK_STREAM:
+            server.listen()
+        made.append(server)
+    yield made
+    for server in made:
+        with contextlib.suppress(OSError):  # another test's fixture took the path meanwhile
+            os.unlink(server.getsockname())
+        server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ATTACKS)
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_socket_path_folder_chain_and_fallocate_are_stopped_and_the_grading_completes(
+        tier, name, root_socket, monkeypatch):
+    """Each attack is graded with copies allowed (only isolation stops it): it earns nothing, no
+    message reaches the host's sockets, the grading completes, and none of the sandbox's folders
+    is left in /tmp; in tier 2 the disk watchdog says why it stopped the fallocate."""
+    from autograder.trusted import sandbox
+
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    folders, real_init = [], sandbox.Sandbox.__init__
+
+    def recording(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        folders.extend(f for f in (self.private, self.stages) if f)
+
+    monkeypatch.setattr(sandbox.Sandbox, "__init__", recording)
+    graded = grade(str(ROOT / "tests" / "redteam" / name), ("compute_entropy",), official=True,
+                   isolation=tier, allow_reference=True, probe_timeout=10.0)
+    said = " ".join([graded["load_failure"] or ""] + [r["output"] for r in graded["results"].values()])
+    assert graded["max_score"] > 0 and graded["score"] == 0, said
+    assert not graded["incomplete"], graded["incomplete"]
+    assert folders and not [f for f in folders if os.path.exists(f)]
+    for server in root_socket:
+        with pytest.raises(BlockingIOError):
+            server.accept() if server.type == 1 else server.recv(100)
+    if tier == "landlock" and name == "disk_fallocate.py":
+        assert "MiB to disk, more than the 1024 MiB a stage may write" in said, said
 
 
 @needs_sandbox

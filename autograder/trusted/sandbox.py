@@ -36,6 +36,7 @@ from autograder.trusted import isolation, memory
 from autograder.untrusted import cleanup
 
 WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
+DISK_WATCH = Path(__file__).resolve().with_name("diskwatch.py")
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
@@ -82,7 +83,8 @@ class Sandbox:
         self.root, self.device, self.isolated, self.visible = root, device, isolated, visible
         self.tier = (tier or isolation.isolation_tier(root)[0] or "bubblewrap") if isolated else None
         self.memory_bytes = memory_mb * 2**20  # per child, on top of what the template mapped
-        self.process = self.control = None
+        self.process = self.control = self.watchdog = None
+        self.disk_verdicts: dict[int, str] = {}  # uid -> why the watchdog stopped its child
         self.cleanup_failures: list[str] = []  # what could not be deleted (the grading is incomplete)
         self.private = tempfile.mkdtemp(prefix="autograder-")  # 0700: the grader's own folder
         self.stages = None  # tier 2: the folder of the children's private folders (0711)
@@ -119,6 +121,11 @@ class Sandbox:
             if cgroup is not None:
                 memory.join(cgroup)
 
+        if self.stages is not None:  # tier 2's disk budget (tier 1's is its tmpfs sizes)
+            self.watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-B", str(DISK_WATCH), self.stages],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+            os.set_blocking(self.watchdog.stdout.fileno(), False)
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=self.log_fd, stderr=self.log_fd, cwd=home,
             env=isolation.environment(home, self.device), pass_fds=(theirs.fileno(),),
@@ -184,6 +191,7 @@ class Sandbox:
             raise WorkerError("crash", "the sandbox had stopped")
         self.forks += 1
         uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
+        self.disk_verdict(uid)  # an earlier child's, of the same user id: not this one's
         socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage, "uid": uid,
                                                    "ranks": ranks}).encode()], fds)
         return self._reply(60, "starting a worker")["pid"], uid
@@ -199,6 +207,16 @@ class Sandbox:
             self.cleanup_failures.append(str(status["cleanup"])[:300])
         return status
 
+    def disk_verdict(self, uid: int) -> str | None:
+        """Why the disk watchdog stopped the child of `uid`, if it did (and forget it)."""
+        if self.watchdog is not None:
+            with contextlib.suppress(OSError, TypeError):
+                for line in (self.watchdog.stdout.read() or b"").splitlines():
+                    with contextlib.suppress(ValueError, KeyError):
+                        told = json.loads(line)
+                        self.disk_verdicts[int(told["uid"])] = str(told["why"])
+        return self.disk_verdicts.pop(uid, None)
+
     def uids(self) -> range:
         """The user ids this grading's children run under (none where they share the grader's)."""
         if not self.isolated or os.geteuid() != 0:
@@ -213,7 +231,12 @@ class Sandbox:
                 self.process.wait(timeout=30)
             self.process = None
             os.close(self.log_fd)
-        kill_users(self.uids())  # tier 2 has no PID namespace to end its daemons with it
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()
+            self.watchdog.stdout.close()
+            self.watchdog = None
+        cleanup.kill_users(self.uids())  # tier 2 has no PID namespace to end its daemons with it
         if self.cgroup is not None:
             memory.remove(self.cgroup)
             self.cgroup = None
@@ -227,31 +250,6 @@ class Sandbox:
                 ([cleanup.remove(self.stages)] if self.stages is not None else [])
         self.cleanup_failures += [f"the sandbox's files could not all be deleted: {why}"
                                   for why in left if why]
-
-
-def processes_of(uids: range) -> list[int]:
-    """The live processes on this machine's /proc whose real user id is in `uids`."""
-    found = []
-    for entry in os.listdir("/proc") if uids else ():
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                with open(f"/proc/{entry}/status", "rb") as handle:
-                    fields = dict(line.split(b":", 1) for line in handle if b":" in line)
-                if fields[b"State"].split()[0] != b"Z" and int(fields[b"Uid"].split()[0]) in uids:
-                    found.append(int(entry))
-    return found
-
-
-def kill_users(uids: range) -> None:
-    """SIGKILL every process of `uids`, again until none is left (a fork bomb forks meanwhile)."""
-    for _ in range(200):
-        found = processes_of(uids)
-        if not found:
-            return
-        for pid in found:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
 
 
 class StageProcess:
@@ -285,6 +283,7 @@ class StageClient:
         self.ready = None  # the load report of the current child
         self.log_fd = None
         self.last_status: dict | None = None  # how the previous child ended
+        self.last_uid = -1  # and its user id
 
     def start(self) -> dict:
         """Fork a fresh child and return its load report (raises WorkerError)."""
@@ -358,6 +357,9 @@ class StageClient:
     def death(self, doing: str, tail: str) -> str:
         """How the child ended, in the student's words."""
         status = self.process.status if self.process else self.last_status
+        disk = self.sandbox.disk_verdict(self.process.uid if self.process else self.last_uid)
+        if disk:
+            return f"your code was stopped while {doing}: {disk}"
         limit = (f" (the limit is {self.memory_mb} MiB beyond the grader's own libraries)"
                  if self.memory_mb else "")
         if status is None:
@@ -378,7 +380,7 @@ class StageClient:
         if self.process is not None:
             with contextlib.suppress(WorkerError, OSError):
                 self.process.wait(grace=0.0)
-            self.last_status = self.process.status
+            self.last_status, self.last_uid = self.process.status, self.process.uid
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
             with contextlib.suppress(OSError):

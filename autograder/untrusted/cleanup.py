@@ -10,14 +10,17 @@ and reports what stopped it instead of raising.
 
 Used by the template (`autograder.untrusted.worker`: a stage child's folder and tier 1's /tmp,
 /dev/shm and home after each child), the grader (`autograder.trusted.sandbox`: the sandbox's
-folders when it closes) and the disk watchdog (`autograder.trusted.diskwatch`: `usage`).
+folders when it closes) and the disk watchdog (`autograder.trusted.diskwatch`: `usage`), which
+also end every process of a user id with `kill_users` (tier 2 has no PID namespace).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
+import time
 
 ENTRIES = 2_000_000  # the most entries one walk visits (tier 2's inode bound is far below)
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -151,3 +154,28 @@ def usage(path: str, entries: int) -> tuple[int, int, str | None]:
     walk = Walk(path, entries)
     why = walk.run(count, lambda fd, name: None)
     return total[0], walk.seen, why
+
+
+def processes_of(uids: range) -> list[int]:
+    """The live processes on this machine's /proc whose real user id is in `uids`."""
+    found = []
+    for entry in os.listdir("/proc") if uids else ():
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/status", "rb") as handle:
+                    fields = dict(line.split(b":", 1) for line in handle if b":" in line)
+                if fields[b"State"].split()[0] != b"Z" and int(fields[b"Uid"].split()[0]) in uids:
+                    found.append(int(entry))
+    return found
+
+
+def kill_users(uids: range) -> None:
+    """SIGKILL every process of `uids`, again until none is left (a fork bomb forks meanwhile)."""
+    for _ in range(200):
+        found = processes_of(uids)
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
