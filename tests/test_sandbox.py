@@ -261,6 +261,95 @@ def test_a_sandbox_that_keeps_stopping_makes_the_grading_incomplete_in_plain_wor
         assert python_words not in said, said
 
 
+def _chain(top: Path, depth: int) -> None:
+    """`depth` nested folders under `top`, made through descriptors (no path grows long)."""
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+
+
+def test_clean_up_walks_a_deep_chain_without_recursion_or_following_links(tmp_path):
+    """3,000 nested folders (shutil.rmtree: RecursionError), a link to a folder outside, a folder
+    its owner made unreadable: all deleted, the link's target untouched, no descriptor left open;
+    a bound on entries is reported in words, not raised."""
+    from autograder.untrusted import cleanup
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    _chain(tree, 3000)
+    (tree / "link").symlink_to(outside)
+    (tree / "locked").mkdir()
+    (tree / "locked" / "file").write_bytes(b"x" * 5000)
+    os.chmod(tree / "locked", 0)
+    recursive = tmp_path / "recursive"
+    recursive.mkdir()
+    _chain(recursive, 3000)
+    with pytest.raises(RecursionError):
+        shutil.rmtree(recursive)  # what the walk replaces
+    assert cleanup.remove(str(recursive)) is None
+    descriptors = len(os.listdir("/proc/self/fd"))
+    used, entries, why = cleanup.usage(str(tree), 10_000)
+    assert why is None and entries >= 3003 and used >= 4096  # the file's block, once
+    assert "more than 100 entries" in cleanup.remove(str(tree), entries=100)
+    assert cleanup.remove(str(tree)) is None and not tree.exists()
+    assert (outside / "keep").read_text() == "mine"
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    assert cleanup.remove(str(tree)) is None  # already gone: nothing to say
+
+
+def test_the_disk_watchdog_counts_allocated_blocks_once_and_names_the_bound(tmp_path, monkeypatch):
+    """fallocate'd blocks count, a sparse file's holes do not, a hard link counts once; past the
+    budget or the entry bound, the verdict says which, in the student's words."""
+    from autograder.trusted import diskwatch
+
+    monkeypatch.setattr(diskwatch, "BUDGET", 3 * 2**20)
+    with open(tmp_path / "sparse", "wb") as handle:
+        handle.truncate(64 * 2**20)
+    fd = os.open(tmp_path / "full", os.O_WRONLY | os.O_CREAT)
+    os.posix_fallocate(fd, 0, 2 * 2**20)
+    os.close(fd)
+    os.link(tmp_path / "full", tmp_path / "again")
+    assert diskwatch.verdict(str(tmp_path)) is None  # 2 MiB, not 66 or 4
+    fd = os.open(tmp_path / "more", os.O_WRONLY | os.O_CREAT)
+    os.posix_fallocate(fd, 0, 2 * 2**20)
+    os.close(fd)
+    assert "wrote 4 MiB to disk, more than the 3 MiB" in diskwatch.verdict(str(tmp_path))
+    monkeypatch.setattr(diskwatch, "BUDGET", 2**30)
+    monkeypatch.setattr(diskwatch, "INODES", 3)
+    assert "more than 3 files and folders" in diskwatch.verdict(str(tmp_path))
+
+
+def test_the_disk_budget_of_a_tier_2_stage_is_tier_1s_whole_tmpfs():
+    from autograder.trusted import diskwatch
+    from autograder.trusted.isolation import TMPFS_MB
+
+    assert diskwatch.BUDGET == (512 + 256 + 256) * 2**20 == sum(TMPFS_MB.values()) * 2**20
+
+
+@needs_sandbox
+def test_a_clean_up_that_fails_makes_the_grading_incomplete_in_words(monkeypatch):
+    """Fault injection: the sandbox's folders cannot be deleted when it closes; the grading is
+    incomplete and says so, and the grader does not crash."""
+    from autograder.trusted import sandbox
+
+    real = sandbox.cleanup.remove
+
+    def refused(path):
+        real(path)  # deleted all the same: the test leaves nothing behind
+        return f"{path} holds more than 3 entries"
+
+    monkeypatch.setattr(sandbox.cleanup, "remove", refused)
+    graded = grade("course", ("compute_entropy",), official=True)
+    assert any("could not all be deleted" in why for why in graded["incomplete"]), graded
+
+
 ATTACKS = ("network_unix_socket_path.py", "disk_nested_folders.py", "disk_fallocate.py")
 
 
