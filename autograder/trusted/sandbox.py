@@ -4,9 +4,14 @@
 tier (see `autograder.trusted.isolation`: inside bubblewrap, or as a plain root process whose
 children confine themselves with Landlock and seccomp), or, for a practice grade where no tier
 holds, as a plain subprocess; where the machine lets it, the template and all it forks share one
-memory cgroup (`autograder.trusted.memory`). When it closes, every process of its children's user
-ids is killed (tier 2 has no PID namespace that would end them). `StageClient` is the grader's end of one stage's child, forked by the
-template (`StageProcess`: its pid, and how it ended): the grader sends it requests
+memory cgroup (`autograder.trusted.memory`); in tier 2 a disk watchdog runs beside it
+(`autograder.trusted.diskwatch`) and says why it stopped a child. When it closes, every process of
+its children's user ids is killed (tier 2 has no PID namespace that would end them) and its folders
+are deleted by an iterative walk (`autograder.untrusted.cleanup`); what could not be deleted is
+kept in `cleanup_failures` (the grading is then incomplete). A `_reply` that does not come in time
+closes the sandbox ("overloaded"): the grader starts it again (`Grader._run`); a fork asked of a
+closed sandbox raises WorkerError too. `StageClient` is the grader's end of one stage's child,
+forked by the template (`StageProcess`: its pid, and how it ended): the grader sends it requests
 and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
 checked before anything is built), with a wall-clock deadline per request. A child that dies or
 hangs is reaped (it and every process of its user id) and replaced for the next request; how it
