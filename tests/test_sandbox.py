@@ -261,6 +261,35 @@ def test_a_sandbox_that_keeps_stopping_makes_the_grading_incomplete_in_plain_wor
         assert python_words not in said, said
 
 
+@needs_sandbox
+def test_a_probe_that_times_out_once_is_run_again_and_the_grade_completes(monkeypatch):
+    """Fault injection: the first answer of a probe "times out" (its child is ended, exactly as
+    `StageClient._read` does when its deadline passes); the check runs again on a fresh child, and
+    the reference keeps full marks. A probe that always times out still fails, saying so."""
+    from autograder.trusted import sandbox
+    from autograder.trusted.sandbox import WorkerError
+
+    real, reads = sandbox.StageClient._read, []
+
+    def times_out(self, timeout, doing, always=False):
+        if doing.startswith("running"):
+            reads.append(doing)
+            if len(reads) == 1 or always:
+                self.kill()
+                raise WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing}")
+        return real(self, timeout, doing)
+
+    monkeypatch.setattr(sandbox.StageClient, "_read", times_out)
+    graded = grade("course", ("compute_entropy",), official=True)
+    assert len(reads) > 1 and not graded["incomplete"]
+    assert graded["score"] == graded["max_score"] > 0, graded["results"]
+    monkeypatch.setattr(sandbox.StageClient, "_read",
+                        lambda self, timeout, doing: times_out(self, timeout, doing, True))
+    hung = grade("course", ("compute_entropy",), official=True)
+    assert hung["score"] == 0 and not hung["incomplete"]
+    assert all("timed out after" in r["output"] for r in hung["results"].values())
+
+
 def _chain(top: Path, depth: int) -> None:
     """`depth` nested folders under `top`, made through descriptors (no path grows long)."""
     fd = os.open(top, os.O_RDONLY)

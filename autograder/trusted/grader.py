@@ -185,11 +185,17 @@ def incomplete_note(reasons: list[str]) -> str:
 
 START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the one retry)
 SANDBOX_RESTARTS = 2  # a grading's sandbox that stops answering is started again this often
+TIMEOUT_RETRIES = 2  # and a check whose probe timed out is run again, on a fresh child, this often
 
 
 class SandboxStopped(Exception):
     """The sandbox stopped answering during a check (not the student's doing): the check is run
     again on a fresh sandbox (`Grader._run`)."""
+
+
+class ProbeTimedOut(Exception):
+    """A probe timed out: on an overloaded machine honest code can, so the check is run again on a
+    fresh child before the time-out counts (`Grader._run`)."""
 
 
 class Grader:
@@ -218,6 +224,7 @@ class Grader:
         self.out_of_time = False  # the time limit stopped the grading before its last check
         self.grader_errors: list[str] = []  # checks the grader itself could not judge
         self.restarts = 0  # how often the sandbox was started again after it stopped answering
+        self.timeouts = 0  # how many timed-out probes were given a second run
         self.stopped: str | None = None  # why the sandbox was given up on (then: incomplete)
         self.in_process = runner is not None
         self.expected = False  # whether `expect` has said which functions will be checked
@@ -403,6 +410,9 @@ class Grader:
             if exc.kind == "timeout" and remaining < allowed:  # the grading's clock, not the code's
                 self.out_of_time = True
                 raise Fail(self._out_of_time_note()) from None
+            if exc.kind == "timeout" and self.timeouts < TIMEOUT_RETRIES:
+                self.timeouts += 1
+                raise ProbeTimedOut(str(exc)) from None
             self.broken[function] = str(exc)
             raise Fail(f"{function}: {exc}") from None
         status = response.get("status")
@@ -485,12 +495,16 @@ class Grader:
     def _run(self, check: core.Check) -> None:
         """Run `check`; where the sandbox stopped under it (an overloaded machine), start a fresh
         sandbox and run the check again, up to SANDBOX_RESTARTS times in a grading; beyond that
-        the grading is incomplete (`stopped`), and this check and the ones after it say so."""
+        the grading is incomplete (`stopped`), and this check and the ones after it say so. A
+        probe that timed out is run again too (its child was ended: the next request forks a fresh
+        one), up to TIMEOUT_RETRIES times in a grading; beyond that a time-out is the check's."""
         while True:
             if self.stopped:
                 raise Fail(self.stopped)
             try:
                 return check.run(Context(self, check))
+            except ProbeTimedOut as exc:
+                print(f"a probe of {check.name} timed out, run again: {exc}", file=sys.stderr)
             except SandboxStopped as exc:
                 print(f"the sandbox stopped during {check.name}: {exc}", file=sys.stderr)
                 if self.restarts >= SANDBOX_RESTARTS:
