@@ -425,7 +425,9 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
                                 continue
                         if record.get("incomplete") and student not in retried:
                             retried.add(student)  # an overloaded machine, most often: once
-                            continue  # more, after the others (the next round of `pending`)
+                            print(f"{student}: the grading did not complete; graded once more "
+                                  "after the others")  # (the next round of `pending`)
+                            continue
                         write_results(record, store / f"{student}.json")
                         write_text(feedback_dir / f"{student}.txt", feedback(record))
                         pending.pop(student)

@@ -301,36 +301,43 @@ def _chain(top: Path, depth: int) -> None:
     os.close(fd)
 
 
-def test_clean_up_walks_a_deep_chain_without_recursion_or_following_links(tmp_path):
+def test_clean_up_walks_a_deep_chain_without_recursion_or_following_links():
     """3,000 nested folders (shutil.rmtree: RecursionError), a link to a folder outside, a folder
     its owner made unreadable: all deleted, the link's target untouched, no descriptor left open;
-    a bound on entries is reported in words, not raised."""
+    a bound on entries is reported in words, not raised. (In a folder of its own, deleted by the
+    walk whatever happens: pytest's own clean-up of tmp_path recurses.)"""
+    import tempfile
+
     from autograder.untrusted import cleanup
 
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "keep").write_text("mine")
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    _chain(tree, 3000)
-    (tree / "link").symlink_to(outside)
-    (tree / "locked").mkdir()
-    (tree / "locked" / "file").write_bytes(b"x" * 5000)
-    os.chmod(tree / "locked", 0)
-    recursive = tmp_path / "recursive"
-    recursive.mkdir()
-    _chain(recursive, 3000)
-    with pytest.raises(RecursionError):
-        shutil.rmtree(recursive)  # what the walk replaces
-    assert cleanup.remove(str(recursive)) is None
-    descriptors = len(os.listdir("/proc/self/fd"))
-    used, entries, why = cleanup.usage(str(tree), 10_000)
-    assert why is None and entries >= 3003 and used >= 4096  # the file's block, once
-    assert "more than 100 entries" in cleanup.remove(str(tree), entries=100)
-    assert cleanup.remove(str(tree)) is None and not tree.exists()
-    assert (outside / "keep").read_text() == "mine"
-    assert len(os.listdir("/proc/self/fd")) == descriptors
-    assert cleanup.remove(str(tree)) is None  # already gone: nothing to say
+    here = Path(tempfile.mkdtemp(prefix="test-cleanup-"))
+    try:
+        outside = here / "outside"
+        outside.mkdir()
+        (outside / "keep").write_text("mine")
+        tree = here / "tree"
+        tree.mkdir()
+        _chain(tree, 3000)
+        (tree / "link").symlink_to(outside)
+        (tree / "locked").mkdir()
+        (tree / "locked" / "file").write_bytes(b"x" * 5000)
+        os.chmod(tree / "locked", 0)
+        recursive = here / "recursive"
+        recursive.mkdir()
+        _chain(recursive, 3000)
+        with pytest.raises(RecursionError):
+            shutil.rmtree(recursive)  # what the walk replaces
+        assert cleanup.remove(str(recursive)) is None
+        descriptors = len(os.listdir("/proc/self/fd"))
+        used, entries, why = cleanup.usage(str(tree), 10_000)
+        assert why is None and entries >= 3003 and used >= 4096  # the file's block, once
+        assert "more than 100 entries" in cleanup.remove(str(tree), entries=100)
+        assert cleanup.remove(str(tree)) is None and not tree.exists()
+        assert (outside / "keep").read_text() == "mine"
+        assert len(os.listdir("/proc/self/fd")) == descriptors
+        assert cleanup.remove(str(tree)) is None  # already gone: nothing to say
+    finally:
+        cleanup.remove(str(here))
 
 
 def test_the_disk_watchdog_counts_allocated_blocks_once_and_names_the_bound(tmp_path, monkeypatch):
