@@ -12,8 +12,10 @@ count and a sparse file's holes do not) and stops the stage child whose folder h
   - more than `SHARE` bytes while the disk has less than `RESERVE` bytes free.
 It prints the reason as one JSON line, {"uid": ..., "why": ...}, before it kills every process of
 the child's user id, so that the grader has the reason when it sees the child end. A child can
-overshoot the budget by what it writes in one period (fallocate allocates without writing), which
-the free-disk check bounds. The folder itself is deleted by the template's reap as always.
+overshoot the budget by what it writes in one period: seccomp refuses fallocate
+(`autograder.untrusted.confine`), which reserves gigabytes in microseconds, so blocks must be
+written (20 × 64 MiB of posix_fallocate were stopped at 1,029 MiB), and the free-disk check bounds
+the rest. The folder itself is deleted by the template's reap as always.
 
     python diskwatch.py STAGES_FOLDER
 """
