@@ -2,7 +2,8 @@
 
     python benchmarks/bench_overload.py [--students 8] [--busy 16] [--tier2 2]
 
-Starts `--busy` busy loops (each ends by itself after an hour, and all are killed at the end),
+Starts `--busy` busy loops (each ends by itself after `--busy-seconds`, and all are killed at the
+end, an interrupt or SIGTERM included),
 then grades, one after the other:
 - a class of `--students` honest single-file submissions (`bench_batch.make_class`'s correct
   half: tests/autograder_cases/_impl.py, full marks) with `python -m instructor.batch --jobs 2`
@@ -22,6 +23,7 @@ import csv
 import io
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,7 @@ from pathlib import Path
 from bench_batch import make_class
 
 ROOT = Path(__file__).resolve().parent.parent
-BUSY = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end:\n    pass\n"
+BUSY = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
 def grade_class(students: int) -> tuple[float, str]:
@@ -78,13 +80,17 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=8, help="honest students (default 8)")
     parser.add_argument("--busy", type=int, default=16, help="busy loops (default 16)")
     parser.add_argument("--tier2", type=int, default=2, help="tier-2 gradings at once (default 2)")
+    parser.add_argument("--busy-seconds", type=float, default=1200.0,
+                        help="the longest a busy loop lives (default 1200)")
     args = parser.parse_args()
     import torch
 
     print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} before the loops, python "
           f"{platform.python_version()}, torch {torch.__version__}")
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that the loops are killed below
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY, str(args.busy_seconds)])
+            for _ in range(args.busy)]
     try:
         rows = [(f"instructor.batch --jobs 2, {args.busy} busy loops", *grade_class(args.students))]
         if args.tier2:
