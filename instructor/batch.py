@@ -24,7 +24,8 @@ hangs is stopped by the grader's time limits and costs only its own row; a gradi
 
 A grading that did not complete (the sandbox would not start, the time limit ran out, the grader
 failed) is no grade: its row says `incomplete` where the score would be, with no stage points, its
-feedback file says GRADING DID NOT COMPLETE and why, and the next run grades it again.
+feedback file says GRADING DID NOT COMPLETE and why, and the next run grades it again. Such an
+entry is first graded once more, after the others, in the same run (an overloaded machine passes).
 
 Similar work is flagged for the instructor, never shown in a student's feedback: pairs of
 classmates (`instructor.classmates`: the `similar_to` column) and graded functions more similar to
@@ -57,6 +58,7 @@ import signal
 import stat
 import tempfile
 import time
+import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -267,9 +269,9 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
         record["note"] = short_note(record["problems"])
     except EntryProblem as exc:
         record.update(problems=[f"not graded: {exc}"], note=f"not graded: {exc}")
-    except Exception as exc:  # the grader itself failed on this entry: its row says so
-        why = (f"the grader failed on this submission ({type(exc).__name__}: {exc}); the next "
-               "run grades it again")
+    except Exception:  # the grader itself failed on this entry: its row says so, in words; the
+        traceback.print_exc()  # error itself is the instructor's, on stderr
+        why = "the grader itself failed on this submission; the next run grades it again"
         record.update(score=0.0, max_score=0.0, isolation="", checks=[], problems=[],
                       incomplete=[why], note=why)
     finally:
@@ -463,6 +465,11 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
                             else:
                                 retried.add(student)
                                 continue
+                        if record.get("incomplete") and student not in retried:
+                            retried.add(student)  # an overloaded machine, most often: once
+                            print(f"{student}: the grading did not complete; graded once more "
+                                  "after the others")  # (the next round of `pending`)
+                            continue
                         write_results(record, store / f"{student}.json")
                         write_text(feedback_dir / f"{student}.txt", feedback(record))
                         pending.pop(student)

@@ -106,6 +106,20 @@ def test_a_class_gets_one_right_row_per_student_and_a_rerun_grades_nothing_again
 
 @pytest.mark.slow
 @needs_sandbox
+def test_an_incomplete_grading_is_graded_once_more_after_the_others(tmp_path):
+    """A time limit no grading can meet: the entry is graded a second time in the same run (once:
+    an overloaded machine passes, a hopeless limit does not loop), and its row says incomplete."""
+    klass = tmp_path / "class"
+    klass.mkdir()
+    honest = (ROOT / "tests" / "autograder_cases" / "_impl.py").read_text()
+    (klass / "gina.py").write_text(honest + "\n\nglobals().update(build())\n")
+    grades = tmp_path / "grades.csv"
+    done = _batch(str(klass), "--csv", str(grades), "--time-limit", "2", "--memory-mb", "3072")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("gina: the grading did not complete; graded once more") == 1
+    assert _rows(grades)["gina"]["score"] == "incomplete"
+
+
 def test_an_interrupted_run_resumes_and_regrade_grades_again(tmp_path):
     klass = tmp_path / "class"
     klass.mkdir()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import socket
 import socketserver
@@ -55,6 +56,7 @@ pytestmark = pytest.mark.slow
 REDTEAM = Path(__file__).with_name("redteam")
 TIERS = ("bubblewrap", "landlock")  # `isolation=`: each tier the red team is graded in
 REFERENCE_PORT = 47613  # the network attack asks the host for the reference here
+REFERENCE_SOCKET = "/tmp/grpo-redteam-reference.sock"  # and here, by a unix socket's path
 GRADING = {"probe_timeout": 4.0, "memory_mb": 3072, "time_limit": 240.0}
 
 
@@ -120,8 +122,33 @@ class _UDPServer(_SharedPort, socketserver.UDPServer):
     pass
 
 
+class _UnixServer(socketserver.UnixStreamServer):
+    """A root-owned unix socket outside every sandbox, writable by all (mode 0666: only the
+    sandbox stands between a stage child and it); the two tiers' gradings on two pytest-xdist
+    workers share the first one made."""
+
+    def server_bind(self):
+        super().server_bind()
+        os.chmod(self.server_address, 0o666)
+
+    def server_close(self):
+        super().server_close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.server_address)
+
+
+def _unix_service() -> list:
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+        probe.connect(REFERENCE_SOCKET)
+        return []  # another worker's, alive
+    with contextlib.suppress(OSError):
+        os.unlink(REFERENCE_SOCKET)
+    return [_UnixServer(REFERENCE_SOCKET, _serving("scoring.py"))]
+
+
 def _host_services() -> list:
     servers = [_TCPServer(("127.0.0.1", REFERENCE_PORT), _serving("scoring.py"))]
+    servers += _unix_service()
     servers += [_TCPServer(("127.0.0.1", port), _serving("train_step.py"))
                 for port in TRAIN_STEP_TCP_PORTS]
     servers.append(_UDPServer(("127.0.0.1", TRAIN_STEP_UDP_PORT),

@@ -8,6 +8,7 @@ gradings and two busy processes share two cores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -124,8 +125,9 @@ def test_tier_2_confines_a_child_as_it_must():
     finally:
         shutil.rmtree(private, ignore_errors=True)
     seen = json.loads(done.stdout)
-    assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"] and seen["unix_socket"]
-    assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unshare"]), seen
+    assert seen["abi"] >= 1 and seen["write_private"] and seen["fork"]
+    assert not (seen["read_forbidden"] or seen["inet_socket"] or seen["unix_socket"]
+                or seen["unshare"]), seen
     box = Sandbox(ROOT, "cpu", 256, isolated=True, tier="landlock-seccomp")
     try:
         assert os.stat(box.private).st_mode & 0o777 == 0o700
@@ -209,6 +211,241 @@ def test_a_sandbox_start_that_times_out_is_retried_then_called_overload(monkeypa
     assert failed["load_failure"] in failed["incomplete"]  # no grade: nothing was judged
     assert "says nothing about your code" in failed["load_failure"]
     assert all("overloaded" in r["output"] for r in failed["results"].values())
+
+
+def _stop_the_sandbox_at(calls: set, monkeypatch) -> list:
+    """Fault injection: the sandbox's answers numbered in `calls` (counted from 1, "starting a
+    worker" and "ending a worker" alike) time out, exactly as `Sandbox._reply` times out on an
+    overloaded machine (the sandbox is closed, WorkerError "overloaded"). Returns the count."""
+    from autograder.trusted import sandbox
+    from autograder.trusted.sandbox import WorkerError
+
+    real, seen = sandbox.Sandbox._reply, []
+
+    def reply(self, timeout, doing):
+        if doing != "starting":
+            seen.append(doing)
+            if len(seen) in calls:
+                self.close(keep_folder=True)
+                raise WorkerError("overloaded", "the grader is overloaded: its sandbox did not "
+                                                f"answer within {timeout:.0f} s while {doing}")
+        return real(self, timeout, doing)
+
+    monkeypatch.setattr(sandbox.Sandbox, "_reply", reply)
+    return seen
+
+
+@needs_sandbox
+def test_a_sandbox_that_stops_answering_mid_grading_is_restarted_and_the_check_retried(
+        monkeypatch):
+    """The sandbox times out while it starts the second stage's child (the third answer: fork,
+    reap, fork): a fresh sandbox is started and the check run again, and the reference keeps full
+    marks; no later check meets a closed sandbox."""
+    seen = _stop_the_sandbox_at({3}, monkeypatch)
+    graded = grade("course", ("compute_entropy", "tokenize_prompt_and_output"), official=True)
+    failed = {n: r["output"] for n, r in graded["results"].items() if r["status"] != "passed"}
+    assert len(seen) > 3 and not graded["incomplete"], graded["incomplete"]
+    assert graded["score"] == graded["max_score"] > 0, failed
+
+
+@needs_sandbox
+def test_a_sandbox_that_keeps_stopping_makes_the_grading_incomplete_in_plain_words(monkeypatch):
+    """Every answer after the first fork times out: two restarts, then the grading is incomplete,
+    and neither the checks nor the reason hold Python's words for an error."""
+    _stop_the_sandbox_at(set(range(2, 100)), monkeypatch)
+    graded = grade("course", ("compute_entropy", "tokenize_prompt_and_output"), official=True)
+    said = " ".join(graded["incomplete"] + [r["output"] for r in graded["results"].values()])
+    assert graded["incomplete"] and "stopped answering 3 times" in said, said
+    assert "says nothing about your code" in said
+    for python_words in ("Error", "Traceback", "NoneType", "Exception"):
+        assert python_words not in said, said
+
+
+@needs_sandbox
+def test_a_probe_that_times_out_once_is_run_again_and_the_grade_completes(monkeypatch):
+    """Fault injection: the first answer of a probe "times out" (its child is ended, exactly as
+    `StageClient._read` does when its deadline passes); the check runs again on a fresh child, and
+    the reference keeps full marks. A probe that always times out still fails, saying so."""
+    from autograder.trusted import sandbox
+    from autograder.trusted.sandbox import WorkerError
+
+    real, reads = sandbox.StageClient._read, []
+
+    def times_out(self, timeout, doing, always=False):
+        if doing.startswith("running"):
+            reads.append(doing)
+            if len(reads) == 1 or always:
+                self.kill()
+                raise WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing}")
+        return real(self, timeout, doing)
+
+    monkeypatch.setattr(sandbox.StageClient, "_read", times_out)
+    graded = grade("course", ("compute_entropy",), official=True)
+    assert len(reads) > 1 and not graded["incomplete"]
+    assert graded["score"] == graded["max_score"] > 0, graded["results"]
+    monkeypatch.setattr(sandbox.StageClient, "_read",
+                        lambda self, timeout, doing: times_out(self, timeout, doing, True))
+    hung = grade("course", ("compute_entropy",), official=True)
+    assert hung["score"] == 0 and not hung["incomplete"]
+    assert all("timed out after" in r["output"] for r in hung["results"].values())
+
+
+def _chain(top: Path, depth: int) -> None:
+    """`depth` nested folders under `top`, made through descriptors (no path grows long)."""
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+
+
+def test_clean_up_walks_a_deep_chain_without_recursion_or_following_links():
+    """3,000 nested folders (shutil.rmtree: RecursionError), a link to a folder outside, a folder
+    its owner made unreadable: all deleted, the link's target untouched, no descriptor left open;
+    a bound on entries is reported in words, not raised. (In a folder of its own, deleted by the
+    walk whatever happens: pytest's own clean-up of tmp_path recurses.)"""
+    import tempfile
+
+    from autograder.untrusted import cleanup
+
+    here = Path(tempfile.mkdtemp(prefix="test-cleanup-"))
+    try:
+        outside = here / "outside"
+        outside.mkdir()
+        (outside / "keep").write_text("mine")
+        tree = here / "tree"
+        tree.mkdir()
+        _chain(tree, 3000)
+        (tree / "link").symlink_to(outside)
+        (tree / "locked").mkdir()
+        (tree / "locked" / "file").write_bytes(b"x" * 5000)
+        os.chmod(tree / "locked", 0)
+        recursive = here / "recursive"
+        recursive.mkdir()
+        _chain(recursive, 3000)
+        with pytest.raises(RecursionError):
+            shutil.rmtree(recursive)  # what the walk replaces
+        assert cleanup.remove(str(recursive)) is None
+        descriptors = len(os.listdir("/proc/self/fd"))
+        used, entries, why = cleanup.usage(str(tree), 10_000)
+        assert why is None and entries >= 3003 and used >= 4096  # the file's block, once
+        assert "more than 100 entries" in cleanup.remove(str(tree), entries=100)
+        assert cleanup.remove(str(tree)) is None and not tree.exists()
+        assert (outside / "keep").read_text() == "mine"
+        assert len(os.listdir("/proc/self/fd")) == descriptors
+        assert cleanup.remove(str(tree)) is None  # already gone: nothing to say
+    finally:
+        cleanup.remove(str(here))
+
+
+def test_the_disk_watchdog_counts_allocated_blocks_once_and_names_the_bound(tmp_path, monkeypatch):
+    """fallocate'd blocks count, a sparse file's holes do not, a hard link counts once; past the
+    budget or the entry bound, the verdict says which, in the student's words."""
+    from autograder.trusted import diskwatch
+
+    monkeypatch.setattr(diskwatch, "BUDGET", 3 * 2**20)
+    with open(tmp_path / "sparse", "wb") as handle:
+        handle.truncate(64 * 2**20)
+    fd = os.open(tmp_path / "full", os.O_WRONLY | os.O_CREAT)
+    os.posix_fallocate(fd, 0, 2 * 2**20)
+    os.close(fd)
+    os.link(tmp_path / "full", tmp_path / "again")
+    assert diskwatch.verdict(str(tmp_path)) is None  # 2 MiB, not 66 or 4
+    fd = os.open(tmp_path / "more", os.O_WRONLY | os.O_CREAT)
+    os.posix_fallocate(fd, 0, 2 * 2**20)
+    os.close(fd)
+    assert "wrote 4 MiB to disk, more than the 3 MiB" in diskwatch.verdict(str(tmp_path))
+    monkeypatch.setattr(diskwatch, "BUDGET", 2**30)
+    monkeypatch.setattr(diskwatch, "INODES", 3)
+    assert "more than 3 files and folders" in diskwatch.verdict(str(tmp_path))
+
+
+def test_the_disk_budget_of_a_tier_2_stage_is_tier_1s_whole_tmpfs():
+    from autograder.trusted import diskwatch
+    from autograder.trusted.isolation import TMPFS_MB
+
+    assert diskwatch.BUDGET == (512 + 256 + 256) * 2**20 == sum(TMPFS_MB.values()) * 2**20
+
+
+@needs_sandbox
+def test_a_clean_up_that_fails_makes_the_grading_incomplete_in_words(monkeypatch):
+    """Fault injection: the sandbox's folders cannot be deleted when it closes; the grading is
+    incomplete and says so, and the grader does not crash."""
+    from autograder.trusted import sandbox
+
+    real = sandbox.cleanup.remove
+
+    def refused(path):
+        real(path)  # deleted all the same: the test leaves nothing behind
+        return f"{path} holds more than 3 entries"
+
+    monkeypatch.setattr(sandbox.cleanup, "remove", refused)
+    graded = grade("course", ("compute_entropy",), official=True)
+    assert any("could not all be deleted" in why for why in graded["incomplete"]), graded
+
+
+ATTACKS = ("network_unix_socket_path.py", "disk_nested_folders.py", "disk_fallocate.py")
+
+
+@pytest.fixture
+def root_socket():
+    """The root-owned unix sockets (stream: hands out the reference; datagram: a mailbox) that the
+    socket attack looks for outside the sandbox, mode 0666: only the sandbox stands between."""
+    import socket
+
+    from test_redteam import REFERENCE_SOCKET
+
+    made = []
+    for path, kind in ((REFERENCE_SOCKET, socket.SOCK_STREAM),
+                       (REFERENCE_SOCKET + ".dgram", socket.SOCK_DGRAM)):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        server = socket.socket(socket.AF_UNIX, kind)
+        server.bind(path)
+        os.chmod(path, 0o666)
+        server.setblocking(False)
+        if kind == socket.SOCK_STREAM:
+            server.listen()
+        made.append(server)
+    yield made
+    for server in made:
+        with contextlib.suppress(OSError):  # another test's fixture took the path meanwhile
+            os.unlink(server.getsockname())
+        server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ATTACKS)
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_socket_path_folder_chain_and_fallocate_are_stopped_and_the_grading_completes(
+        tier, name, root_socket, monkeypatch):
+    """Each attack is graded with copies allowed (only isolation stops it): it earns nothing, no
+    message reaches the host's sockets, the grading completes, and none of the sandbox's folders
+    is left in /tmp; in tier 2 the disk watchdog says why it stopped the fallocate."""
+    from autograder.trusted import sandbox
+
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    folders, real_init = [], sandbox.Sandbox.__init__
+
+    def recording(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        folders.extend(f for f in (self.private, self.stages) if f)
+
+    monkeypatch.setattr(sandbox.Sandbox, "__init__", recording)
+    graded = grade(str(ROOT / "tests" / "redteam" / name), ("compute_entropy",), official=True,
+                   isolation=tier, allow_reference=True, probe_timeout=10.0)
+    said = " ".join([graded["load_failure"] or ""] + [r["output"] for r in graded["results"].values()])
+    assert graded["max_score"] > 0 and graded["score"] == 0, said
+    assert not graded["incomplete"], graded["incomplete"]
+    assert folders and not [f for f in folders if os.path.exists(f)]
+    for server in root_socket:
+        with pytest.raises(BlockingIOError):
+            server.accept() if server.type == 1 else server.recv(100)
+    if tier == "landlock" and name == "disk_fallocate.py":
+        assert "MiB to disk, more than the 1024 MiB a stage may write" in said, said
 
 
 @needs_sandbox

@@ -17,6 +17,7 @@ import contextlib
 import importlib.util
 import os
 import stat
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -193,6 +194,18 @@ def incomplete_note(reasons: list[str]) -> str:
 
 
 START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the one retry)
+SANDBOX_RESTARTS = 2  # a grading's sandbox that stops answering is started again this often
+TIMEOUT_RETRIES = 2  # and a check whose probe timed out is run again, on a fresh child, this often
+
+
+class SandboxStopped(Exception):
+    """The sandbox stopped answering during a check (not the student's doing): the check is run
+    again on a fresh sandbox (`Grader._run`)."""
+
+
+class ProbeTimedOut(Exception):
+    """A probe timed out: on an overloaded machine honest code can, so the check is run again on a
+    fresh child before the time-out counts (`Grader._run`)."""
 
 
 class Grader:
@@ -220,6 +233,9 @@ class Grader:
         self.start_time = time.monotonic() if started_at is None else started_at
         self.out_of_time = False  # the time limit stopped the grading before its last check
         self.grader_errors: list[str] = []  # checks the grader itself could not judge
+        self.restarts = 0  # how often the sandbox was started again after it stopped answering
+        self.timeouts = 0  # how many timed-out probes were given a second run
+        self.stopped: str | None = None  # why the sandbox was given up on (then: incomplete)
         self.in_process = runner is not None
         self.expected = False  # whether `expect` has said which functions will be checked
         self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
@@ -369,11 +385,9 @@ class Grader:
                     self.out_of_time = True
                     client.close()
                     raise Fail(self._out_of_time_note()) from None
-                if exc.kind == "crash" and self.runner.process is None and attempt == 1:
-                    self.started = False  # the sandbox itself stopped: start it again
-                    self._ensure_started()
-                    if not self.load_failure:
-                        continue
+                if self.runner.process is None:  # the sandbox itself stopped: not the student's
+                    client.close()
+                    raise SandboxStopped(str(exc)) from None
                 if exc.kind in ("timeout", "overloaded") and attempt == 1:
                     continue
                 client.close()
@@ -407,9 +421,14 @@ class Grader:
         try:
             response = runner.request(message, min(allowed, remaining))
         except WorkerError as exc:
+            if not self.in_process and self.runner.process is None:
+                raise SandboxStopped(str(exc)) from None  # the grader's failure: retried
             if exc.kind == "timeout" and remaining < allowed:  # the grading's clock, not the code's
                 self.out_of_time = True
                 raise Fail(self._out_of_time_note()) from None
+            if exc.kind == "timeout" and self.timeouts < TIMEOUT_RETRIES:
+                self.timeouts += 1
+                raise ProbeTimedOut(str(exc)) from None
             self.broken[function] = str(exc)
             raise Fail(f"{function}: {exc}") from None
         status = response.get("status")
@@ -438,6 +457,10 @@ class Grader:
         if self.grader_errors:
             reasons.append(f"the grader itself failed on {len(self.grader_errors)} check(s): "
                            + "; ".join(self.grader_errors[:3]))
+        if self.stopped:
+            reasons.append(self.stopped)
+        if not self.in_process and self.runner.cleanup_failures:
+            reasons.append("; ".join(self.runner.cleanup_failures[:2]))
         return reasons
 
     # ---- results ---------------------------------------------------------------------------
@@ -465,7 +488,7 @@ class Grader:
         if check.name not in self.verdicts:
             blocked = STORED_ONLY.set(self.stored_only)
             try:
-                check.run(Context(self, check))
+                self._run(check)
                 self.verdicts[check.name] = (check.points, "passed")
             except NeedsReference as exc:
                 self.verdicts[check.name] = (None, f"skipped: {exc}")
@@ -473,10 +496,12 @@ class Grader:
                 self.verdicts[check.name] = (0.0, str(exc))
                 if exc.near:
                     self.near.add(check.name)
-            except Exception as exc:  # a judge must never take the grader down
-                self.grader_errors.append(f"{check.name} ({type(exc).__name__}: {exc})")
-                self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
-                                             f"({type(exc).__name__}: {exc}); {traceback.format_exc(limit=-2)}")
+            except Exception:  # a judge must never take the grader down; its error is the
+                # instructor's to read (the grader's stderr), never the student's
+                traceback.print_exc()
+                self.grader_errors.append(check.name)
+                self.verdicts[check.name] = (0.0, "the grader itself failed on this check (an "
+                                             "error in the grader, not in your code)")
             finally:
                 STORED_ONLY.reset(blocked)
             copied = self.copied.get(check.function)
@@ -485,6 +510,35 @@ class Grader:
                 self.verdicts[check.name] = (0.0, f"{copied} (the check ran all the same: "
                                                   f"{self.verdicts[check.name][1]})")
         return self.verdicts[check.name]
+
+    def _run(self, check: core.Check) -> None:
+        """Run `check`; where the sandbox stopped under it (an overloaded machine), start a fresh
+        sandbox and run the check again, up to SANDBOX_RESTARTS times in a grading; beyond that
+        the grading is incomplete (`stopped`), and this check and the ones after it say so. A
+        probe that timed out is run again too (its child was ended: the next request forks a fresh
+        one), up to TIMEOUT_RETRIES times in a grading; beyond that a time-out is the check's."""
+        while True:
+            if self.stopped:
+                raise Fail(self.stopped)
+            try:
+                return check.run(Context(self, check))
+            except ProbeTimedOut as exc:
+                print(f"a probe of {check.name} timed out, run again: {exc}", file=sys.stderr)
+            except SandboxStopped as exc:
+                print(f"the sandbox stopped during {check.name}: {exc}", file=sys.stderr)
+                if self.restarts >= SANDBOX_RESTARTS:
+                    self.stopped = (f"the grader's sandbox stopped answering {self.restarts + 1} "
+                                    "times (the machine is overloaded, or the grader failed): "
+                                    "this says nothing about your code")
+                    continue
+                self.restarts += 1
+                for client in self.stages.values():
+                    client.close()
+                self.stages.clear()
+                self.started = False
+                self._ensure_started()
+                if self.load_failure or self.out_of_time:
+                    raise Fail(self.load_failure or self._out_of_time_note()) from None
 
     def _record(self, check, score, output, started) -> dict:
         result = {"name": check.name, "function": check.function, "stage": check.stage,

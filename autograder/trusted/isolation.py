@@ -18,17 +18,19 @@ seccomp profile and no CAP_SYS_ADMIN, as on Gradescope): the template runs as a 
 id, no capabilities, PR_SET_NO_NEW_PRIVS, rlimits, then Landlock and seccomp
 (`autograder.untrusted.confine`): read-only system, Python and the worker's modules
 (`landlock_read_only`), one private read-write folder (its home and tmp, deleted when it ends),
-no TCP, no socket but AF_UNIX, no signals or abstract unix sockets out of its own domain.
+no TCP, no socket() at all (Landlock does not mediate connect() to a unix socket's path; a stream
+socketpair stays), no signals or abstract unix sockets out of its own domain.
 What tier 2 does NOT give: no PID namespace (its processes are on the host's /proc, though
 Landlock does not let it read /proc, and it can still stat a path it guesses, without reading or
 listing it), no network namespace (only seccomp and Landlock stand between it and the machine's
-network: AF_UNIX sockets by path in its own folder, nothing else), no IPC namespace (SysV IPC is
-refused by seccomp instead), no mount namespace (the disk it can fill is bounded by RLIMIT_FSIZE per
-file, not by a tmpfs), and no death with the grader for a daemon if the grader is SIGKILLed (the
-grader kills every process of its user ids when it closes; the template's children die with it).
+network: the socketpairs it makes, nothing else), no IPC namespace (SysV IPC is refused by
+seccomp instead), no mount namespace (the disk it can fill is bounded by RLIMIT_FSIZE per file and
+by a watchdog on its folder, `autograder.trusted.diskwatch`, not by a tmpfs), and no death with
+the grader for a daemon if the grader is SIGKILLed (the grader kills every process of its user ids
+when it closes; the template's children die with it).
 Data-parallel training needs gloo's TCP transport: in tier 2 the child of its stage forks its ranks
 before the submission loads, they connect their mesh over loopback and then take the same no-TCP,
-AF_UNIX-only confinement (`autograder.untrusted.ranks`); student code opens no TCP connection.
+no-socket confinement (`autograder.untrusted.ranks`); student code opens no connection.
 Tier 2 needs root (to switch user ids) and Landlock; without Landlock it is refused, saying why.
 
 Where neither tier starts (macOS, no `bwrap` and no Landlock), the grader runs the worker as a
@@ -188,7 +190,8 @@ def landlock_problem(root: Path) -> str | None:
         hint = " (pip install pyseccomp)" if "pyseccomp" in seen["error"] else ""
         return f"Landlock and seccomp could not confine a stage here: {seen['error']}{hint}"
     wrong = [name for name, want in (("write_private", True), ("read_forbidden", False),
-                                     ("inet_socket", False), ("unshare", False), ("fork", True))
+                                     ("inet_socket", False), ("unix_socket", False),
+                                     ("unshare", False), ("fork", True))
              if seen.get(name) is not want]
     if wrong:
         return f"Landlock and seccomp did not confine a stage as they must here: {wrong}"

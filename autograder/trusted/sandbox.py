@@ -4,9 +4,14 @@
 tier (see `autograder.trusted.isolation`: inside bubblewrap, or as a plain root process whose
 children confine themselves with Landlock and seccomp), or, for a practice grade where no tier
 holds, as a plain subprocess; where the machine lets it, the template and all it forks share one
-memory cgroup (`autograder.trusted.memory`). When it closes, every process of its children's user
-ids is killed (tier 2 has no PID namespace that would end them). `StageClient` is the grader's end of one stage's child, forked by the
-template (`StageProcess`: its pid, and how it ended): the grader sends it requests
+memory cgroup (`autograder.trusted.memory`); in tier 2 a disk watchdog runs beside it
+(`autograder.trusted.diskwatch`) and says why it stopped a child. When it closes, every process of
+its children's user ids is killed (tier 2 has no PID namespace that would end them) and its folders
+are deleted by an iterative walk (`autograder.untrusted.cleanup`); what could not be deleted is
+kept in `cleanup_failures` (the grading is then incomplete). A `_reply` that does not come in time
+closes the sandbox ("overloaded"): the grader starts it again (`Grader._run`); a fork asked of a
+closed sandbox raises WorkerError too. `StageClient` is the grader's end of one stage's child,
+forked by the template (`StageProcess`: its pid, and how it ended): the grader sends it requests
 and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
 checked before anything is built), with a wall-clock deadline per request. A child that dies or
 hangs is reaped (it and every process of its user id) and replaced for the next request; how it
@@ -23,7 +28,6 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,8 +38,10 @@ from pathlib import Path
 
 from autograder.protocol import wire
 from autograder.trusted import isolation, memory
+from autograder.untrusted import cleanup
 
 WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
+DISK_WATCH = Path(__file__).resolve().with_name("diskwatch.py")
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
@@ -82,7 +88,9 @@ class Sandbox:
         self.root, self.device, self.isolated, self.visible = root, device, isolated, visible
         self.tier = (tier or isolation.isolation_tier(root)[0] or "bubblewrap") if isolated else None
         self.memory_bytes = memory_mb * 2**20  # per child, on top of what the template mapped
-        self.process = self.control = None
+        self.process = self.control = self.watchdog = None
+        self.disk_verdicts: dict[int, str] = {}  # uid -> why the watchdog stopped its child
+        self.cleanup_failures: list[str] = []  # what could not be deleted (the grading is incomplete)
         self.private = tempfile.mkdtemp(prefix="autograder-")  # 0700: the grader's own folder
         self.stages = None  # tier 2: the folder of the children's private folders (0711)
         if self.tier == "landlock-seccomp":
@@ -118,6 +126,11 @@ class Sandbox:
             if cgroup is not None:
                 memory.join(cgroup)
 
+        if self.stages is not None:  # tier 2's disk budget (tier 1's is its tmpfs sizes)
+            self.watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-B", str(DISK_WATCH), self.stages],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+            os.set_blocking(self.watchdog.stdout.fileno(), False)
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=self.log_fd, stderr=self.log_fd, cwd=home,
             env=isolation.environment(home, self.device), pass_fds=(theirs.fileno(),),
@@ -179,8 +192,11 @@ class Sandbox:
     def fork(self, stage: str, fds: list, ranks: int = 0) -> tuple[int, int]:
         """A new child for `stage` with these descriptors (and `ranks` data-parallel ranks forked
         before its submission loads: tier 2); returns (pid, uid) inside the sandbox."""
+        if self.control is None:
+            raise WorkerError("crash", "the sandbox had stopped")
         self.forks += 1
         uid = self.uid_base + self.forks % 100 if self.isolated and os.geteuid() == 0 else 0
+        self.disk_verdict(uid)  # an earlier child's, of the same user id: not this one's
         socket.send_fds(self.control, [json.dumps({"op": "fork", "stage": stage, "uid": uid,
                                                    "ranks": ranks}).encode()], fds)
         return self._reply(60, "starting a worker")["pid"], uid
@@ -191,7 +207,20 @@ class Sandbox:
             return {"signal": signal.SIGKILL, "killed_by_grader": True}
         self.control.send(json.dumps({"op": "reap", "pid": pid, "uid": uid,
                                       "grace": grace}).encode())
-        return self._reply(60 + grace, "ending a worker")
+        status = self._reply(60 + grace, "ending a worker")
+        if status.get("cleanup"):
+            self.cleanup_failures.append(str(status["cleanup"])[:300])
+        return status
+
+    def disk_verdict(self, uid: int) -> str | None:
+        """Why the disk watchdog stopped the child of `uid`, if it did (and forget it)."""
+        if self.watchdog is not None:
+            with contextlib.suppress(OSError, TypeError):
+                for line in (self.watchdog.stdout.read() or b"").splitlines():
+                    with contextlib.suppress(ValueError, KeyError):
+                        told = json.loads(line)
+                        self.disk_verdicts[int(told["uid"])] = str(told["why"])
+        return self.disk_verdicts.pop(uid, None)
 
     def uids(self) -> range:
         """The user ids this grading's children run under (none where they share the grader's)."""
@@ -207,45 +236,25 @@ class Sandbox:
                 self.process.wait(timeout=30)
             self.process = None
             os.close(self.log_fd)
-        kill_users(self.uids())  # tier 2 has no PID namespace to end its daemons with it
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()
+            self.watchdog.stdout.close()
+            self.watchdog = None
+        cleanup.kill_users(self.uids())  # tier 2 has no PID namespace to end its daemons with it
         if self.cgroup is not None:
             memory.remove(self.cgroup)
             self.cgroup = None
         if self.control is not None:
             self.control.close()
             self.control = None
-        if self.stages is not None:
-            for entry in os.listdir(self.stages):
-                shutil.rmtree(os.path.join(self.stages, entry), ignore_errors=True)
+        # iterative and bounded (`autograder.untrusted.cleanup`): what a child left never raises here
+        left = [cleanup.empty(self.stages)] if self.stages is not None else []
         if not keep_folder:
-            shutil.rmtree(self.private, ignore_errors=True)
-            if self.stages is not None:
-                shutil.rmtree(self.stages, ignore_errors=True)
-
-
-def processes_of(uids: range) -> list[int]:
-    """The live processes on this machine's /proc whose real user id is in `uids`."""
-    found = []
-    for entry in os.listdir("/proc") if uids else ():
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                with open(f"/proc/{entry}/status", "rb") as handle:
-                    fields = dict(line.split(b":", 1) for line in handle if b":" in line)
-                if fields[b"State"].split()[0] != b"Z" and int(fields[b"Uid"].split()[0]) in uids:
-                    found.append(int(entry))
-    return found
-
-
-def kill_users(uids: range) -> None:
-    """SIGKILL every process of `uids`, again until none is left (a fork bomb forks meanwhile)."""
-    for _ in range(200):
-        found = processes_of(uids)
-        if not found:
-            return
-        for pid in found:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
+            left += [cleanup.remove(self.private)] + \
+                ([cleanup.remove(self.stages)] if self.stages is not None else [])
+        self.cleanup_failures += [f"the sandbox's files could not all be deleted: {why}"
+                                  for why in left if why]
 
 
 class StageProcess:
@@ -279,6 +288,7 @@ class StageClient:
         self.ready = None  # the load report of the current child
         self.log_fd = None
         self.last_status: dict | None = None  # how the previous child ended
+        self.last_uid = -1  # and its user id
 
     def start(self) -> dict:
         """Fork a fresh child and return its load report (raises WorkerError)."""
@@ -352,6 +362,9 @@ class StageClient:
     def death(self, doing: str, tail: str) -> str:
         """How the child ended, in the student's words."""
         status = self.process.status if self.process else self.last_status
+        disk = self.sandbox.disk_verdict(self.process.uid if self.process else self.last_uid)
+        if disk:
+            return f"your code was stopped while {doing}: {disk}"
         limit = (f" (the limit is {self.memory_mb} MiB beyond the grader's own libraries)"
                  if self.memory_mb else "")
         if status is None:
@@ -372,7 +385,7 @@ class StageClient:
         if self.process is not None:
             with contextlib.suppress(WorkerError, OSError):
                 self.process.wait(grace=0.0)
-            self.last_status = self.process.status
+            self.last_status, self.last_uid = self.process.status, self.process.uid
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
             with contextlib.suppress(OSError):

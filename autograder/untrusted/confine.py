@@ -15,15 +15,18 @@ has taken its own user id and PR_SET_NO_NEW_PRIVS (`autograder.untrusted.worker`
 - seccomp, built with libseccomp (`pyseccomp`, a ctypes binding of the system's libseccomp2):
   ptrace, process_vm_readv/writev, keyctl/add_key/request_key, mount/umount/pivot_root and the new
   mount API, bpf, perf_event_open, unshare/setns, clone with any CLONE_NEW* flag, io_uring (it
-  makes sockets without socket()), SysV IPC and every socket family but AF_UNIX are refused (EPERM; clone3,
-  whose flags seccomp cannot read, answers ENOSYS so that the C library falls back to clone).
+  makes sockets without socket()), SysV IPC, socket() of every family and a datagram socketpair
+  are refused (EPERM: Landlock does not mediate connect() to a unix socket by path, so an AF_UNIX
+  socket could reach any socket file on the machine; a stream socketpair stays; clone3,
+  whose flags seccomp cannot read, answers ENOSYS so that the C library falls back to clone;
+  fallocate answers EOPNOTSUPP, so that posix_fallocate writes the blocks instead).
 
 A rank spawner (the child of a stage with a data-parallel check, `autograder.untrusted.ranks`) is
 confined with `tcp=True` until its gloo ranks have connected: seccomp then allows every socket
 family (gloo's interface lookup opens netlink and datagram sockets) and Landlock TCP bind to port 0
 and connect to the kernel's ephemeral ports (ip_local_port_range, one rule per port). Before the
 submission loads, each rank and the spawner call `close_network`: a second Landlock layer (no TCP
-bind or connect) and a second seccomp filter (no socket but AF_UNIX), which stack on the first and
+bind or connect) and a second seccomp filter (no socket() at all), which stack on the first and
 cannot be undone. Residual: a rank's student code may use the connections gloo made between the
 ranks of its own child, and the ranks' listening sockets stay open; it opens no connection.
 
@@ -151,7 +154,7 @@ def ephemeral_ports() -> range:
 
 def close_network() -> None:
     """A second Landlock layer (no TCP bind or connect, ABI >= 4) and a second seccomp filter (no
-    socket but AF_UNIX) over a rank spawner's allowance: what a rank does once gloo has connected
+    socket() at all) over a rank spawner's allowance: what a rank does once gloo has connected
     its mesh, and its spawner once the ranks are forked, before the submission is loaded. Both
     stack on the first layer: nothing the process does later can widen them."""
     import pyseccomp as seccomp
@@ -164,15 +167,26 @@ def close_network() -> None:
         finally:
             os.close(ruleset)
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket",
-                   seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    _refuse_sockets(rules, seccomp)
     rules.load()
 
 
-def install_seccomp(unix_only: bool = True) -> None:
-    """The syscall filter of the module docstring (libseccomp through `pyseccomp`); sockets of
-    every family where not `unix_only` (tier 1, inside a network namespace of only loopback; a
-    tier-2 rank spawner until `close_network`)."""
+def _refuse_sockets(rules, seccomp) -> None:
+    """No socket() at all, and no datagram socketpair: a unix datagram socket, even one of a
+    connected pair, may sendto() or connect() to any socket path (AF_UNIX makes SOCK_RAW a
+    datagram socket too); a stream or seqpacket pair can only talk to itself."""
+    refuse = seccomp.ERRNO(errno.EPERM)
+    rules.add_rule(refuse, "socket")
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_RAW):
+        rules.add_rule(refuse, "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, 0xF, kind))
+
+
+def install_seccomp(sockets: bool = False) -> None:
+    """The syscall filter of the module docstring (libseccomp through `pyseccomp`); socket() of
+    every family where `sockets` (tier 1, inside a network namespace of only loopback and a
+    mount namespace of its own; a tier-2 rank spawner until `close_network`), else none at all:
+    Landlock does not mediate connect() to a unix socket by path, so a tier-2 child that could
+    make an AF_UNIX socket could reach any socket file on the machine (socketpair stays)."""
     import pyseccomp as seccomp
 
     refuse = seccomp.ERRNO(errno.EPERM)
@@ -185,9 +199,11 @@ def install_seccomp(unix_only: bool = True) -> None:
     for flag in CLONE_NEW:
         rules.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-    if unix_only:
-        rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket",
-                       seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
+    # fallocate reserves gigabytes in microseconds, faster than tier 2's disk watchdog looks;
+    # without it (the C library then writes the blocks) disk fills at the speed of writing
+    rules.add_rule(seccomp.ERRNO(errno.EOPNOTSUPP), "fallocate")
+    if not sockets:
+        _refuse_sockets(rules, seccomp)
     rules.load()
 
 
@@ -202,7 +218,7 @@ def confine(read_only: list[str], private: str, tcp: bool = False) -> None:
     if abi < 1:
         raise OSError(errno.ENOSYS, "Landlock is not available in this kernel")
     restrict_filesystem(read_only, private, abi, tcp)
-    install_seccomp(unix_only=not tcp)
+    install_seccomp(sockets=tcp)
 
 
 def _raise() -> None:

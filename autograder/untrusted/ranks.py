@@ -5,7 +5,7 @@ data-parallel check is a rank spawner: it alone may use TCP, as its fork order s
 loads the submission it forks `world_size` ranks. Each rank calls `init_process_group` over a
 FileStore in the child's private folder (gloo's TCP transport on 127.0.0.1, GLOO_SOCKET_IFNAME=lo:
 the ProcessGroupGloo constructor connects its full mesh of pairs, torch/csrc/distributed/c10d/
-ProcessGroupGloo.cpp), then calls `confine.close_network` (no TCP, no socket but AF_UNIX), and only
+ProcessGroupGloo.cpp), then calls `confine.close_network` (no TCP, no socket() at all), and only
 then loads the submission. The spawner closes its network before it loads the submission too.
 So student code never opens a TCP connection: it may only use the pairs gloo connected between
 the ranks of its own child. Measured: DDP's broadcast of the module, its gradient all_reduce, and

@@ -29,7 +29,6 @@ import json
 import os
 import pickle
 import resource
-import shutil
 import signal
 import socket
 import sys
@@ -306,37 +305,33 @@ def _become_child(control: socket.socket, fds: list, order: dict, setup: dict) -
         tempfile.tempdir = None
         confine.confine(landlock["read_only"], order["folder"], tcp=bool(order.get("ranks")))
     elif setup.get("wipe"):  # tier 1: the network namespace holds only loopback, for gloo
-        confine.install_seccomp(unix_only=False)
+        confine.install_seccomp(sockets=True)
 
 
-def _wipe(uid: int, folders: list) -> None:
+def _wipe(uid: int, folders: list) -> str | None:
     """Delete what user `uid` left in `folders` (tier 1's shared /tmp, /dev/shm and home), as that
-    user (the template may not delete others' files in a sticky /tmp): its own files only."""
+    user (the template may not delete others' files in a sticky /tmp): its own files only; why
+    not, where something of its own stayed."""
+    from autograder.untrusted import cleanup
+
+    read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(read)
             if uid:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
-            for folder in folders:
-                _empty(folder)
+            why = "; ".join(filter(None, (cleanup.empty(folder) for folder in folders)))
+            os.write(write, why.encode()[:4000])
         finally:
             os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        why = answer.read().decode("utf-8", "replace")
     os.waitpid(pid, 0)
-
-
-def _empty(folder: str) -> None:
-    for entry in os.scandir(folder):
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)  # a folder made unreadable by its owner is emptied too
-                _empty(entry.path)
-                os.rmdir(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            continue
+    return why or None
 
 
 def _mapped_bytes() -> int:
@@ -395,13 +390,14 @@ def _reap(pid: int, uid: int, grace: float, setup: dict, folder: str | None) -> 
             status = os.waitpid(pid, 0)[1]
         time.sleep(0.005)
     _collect_orphans()
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
+    from autograder.untrusted import cleanup
+
+    left = cleanup.remove(folder) if folder else None  # iterative: a 3,000-deep chain is fine
     if setup.get("wipe"):
-        _wipe(uid, setup["wipe"])
-    if os.WIFSIGNALED(status):
-        return {"signal": os.WTERMSIG(status), "killed_by_grader": killed}
-    return {"exit": os.waitstatus_to_exitcode(status), "killed_by_grader": killed}
+        left = _wipe(uid, setup["wipe"]) or left
+    ended = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) \
+        else {"exit": os.waitstatus_to_exitcode(status)}
+    return {**ended, "killed_by_grader": killed, **({"cleanup": left} if left else {})}
 
 
 def _collect_orphans() -> None:
@@ -419,8 +415,10 @@ def _private_folder(setup: dict, uid: int) -> str | None:
     """Tier 2: a fresh folder only `uid` may use (its home and tmp), inside the grader's 0711 one."""
     if setup.get("landlock") is None:
         return None
+    from autograder.untrusted import cleanup
+
     folder = os.path.join(setup["landlock"]["stages"], str(uid))
-    shutil.rmtree(folder, ignore_errors=True)
+    cleanup.remove(folder)  # a folder that stays makes the mkdir below fail, and the fork with it
     os.mkdir(folder, 0o700)
     os.chown(folder, uid, uid)
     return folder
@@ -434,7 +432,7 @@ def template(control_fd: int, root: str) -> None:
 
     from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
     from autograder.protocol.precision import use_ieee_float32
-    from autograder.untrusted import confine, probes  # noqa: F401
+    from autograder.untrusted import cleanup, confine, probes  # noqa: F401
     if setup.get("landlock") is not None or setup.get("wipe"):
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
