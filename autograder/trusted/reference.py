@@ -16,7 +16,6 @@ import json
 import pkgutil
 from collections import Counter
 
-from autograder.trusted.dynamic import dynamic_code
 from autograder.trusted.similarity import containment, fingerprints, kgrams, tokens
 from course.parsing import parse
 from course.paths import ROOT
@@ -159,14 +158,11 @@ def course_sources(stage: str | None) -> dict[str, str]:
 
 
 # ---- copies: the reference in another form ---------------------------------------------------
-# The rule, for a student's grade (`--allow-reference` lifts it for an instructor's check):
-#  1. dynamic code anywhere in the submission (`autograder.trusted.dynamic`: exec, eval, compile,
-#     unpacking, reflection): none of its graded functions is graded, since the code that runs is
-#     not the code that was read;
-#  2. a definition that, with the functions of the submission it calls, holds at least
-#     COPY_THRESHOLD of a graded function's reference fingerprints (`autograder.trusted.similarity`:
-#     winnowed canonical AST k-grams, so renaming, dead code and reordered statements do not hide
-#     it) makes that graded function a copy: 0 for it.
+# The rule, for a student's grade (`--allow-reference` lifts it for an instructor's check): a
+# definition that, with the functions of the submission it calls, holds at least COPY_THRESHOLD of a graded function's reference fingerprints (`autograder.trusted.similarity`:
+# winnowed canonical AST k-grams, so renaming, dead code and reordered statements do not hide it)
+# makes that graded function a copy: 0 for it. Code built at run time is not read here: the stage
+# child sees it happen and grades nothing that runs it (`autograder.untrusted.provenance`).
 # Measured (`benchmarks/bench_similarity.py`, benchmarks/README.md): honest independent
 # implementations in five styles and the release notebooks' given code hold at most 0.58 of any
 # reference (the tests' naive tokenizer, whose loop the task all but dictates; every other honest
@@ -220,24 +216,6 @@ def with_callees(definition: ast.FunctionDef, by_name: dict) -> list[ast.Functio
     return list(seen.values())
 
 
-def _where(tree: ast.Module, line: int) -> str:
-    enclosing = [node.name for node in ast.walk(tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                 and node.lineno <= line <= (node.end_lineno or node.lineno)]
-    return f"in `{enclosing[-1]}`" if enclosing else f"at top level (line {line})"
-
-
-def _dynamic_reason(tree: ast.Module) -> str | None:
-    found = dynamic_code(tree)
-    if not found:
-        return None
-    named = "; ".join(f"{what} {_where(tree, line)}" for line, what in found[:3])
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return (f"the submission builds or reaches code at run time ({named}{more}): the code that "
-            "would run is not the code the grader read, so no graded function of it is graded; "
-            "write plain Python")
-
-
 def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
                      prints: dict[str, set[str]] | None = None) -> dict[str, tuple[float, str]]:
     """{graded function: (the largest share of its reference's fingerprints that one of
@@ -279,20 +257,11 @@ def template_sources() -> dict[str, str]:
 
 def copied_references(sources: list[str]) -> dict[str, str]:
     """{graded function: why it earns nothing} for each one that `sources` (the submission's code,
-    read, never run: its notebooks, or a .py and the files it imports) holds a copy of, or could
-    build at run time. A definition is read with the functions it calls from any of `sources`."""
+    read, never run: its notebooks, or a .py and the helpers it imports) holds a copy of. A
+    definition is read with the functions it calls from any of `sources`."""
     salt, prints = _stored_prints()
     found: dict[str, str] = {}
-    everything = []
-    for source in sources:
-        tree, definitions = definitions_in(source)
-        if tree is None:
-            continue
-        everything += definitions
-        dynamic = _dynamic_reason(tree)
-        if dynamic:
-            for name in prints:
-                found.setdefault(name, dynamic)
+    everything = [d for source in sources for d in definitions_in(source)[1]]
     for name, (share, holder) in reference_shares(everything, salt, prints).items():
         if share >= COPY_THRESHOLD and name not in found:
             found[name] = (f"{name} is a copy of the reference `course.{name}`: `{holder}` "
