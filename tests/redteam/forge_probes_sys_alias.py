@@ -1,6 +1,7 @@
 # attack: forgery - reach the grader's probes through aliases no spelling rule knows (`import sys as _s; _s.modules[...]`, `from sys import modules`, `import __main__`) and rewrite the autograd measurement, so token_entropy, which keeps its autograd graph, is reported as computed without autograd
 # functions: get_response_log_probs
 # honest: 6
+# says: token_entropy requires grad
 import sys as _s
 from sys import modules
 
