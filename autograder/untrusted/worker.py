@@ -11,7 +11,9 @@ and home, as that user; tier 2's private folder; say how it ended). It runs no s
 Each child drops to its own user id (no capabilities, no new privileges, at most NPROC processes),
 takes a seccomp filter and, in tier 2, Landlock (`autograder.untrusted.confine`),
 installs the `course` modules the grader sent it (the stage under test, and later stages, as stubs:
-see `autograder.trusted.reference.course_sources`), loads the submission, and answers probe requests:
+see `autograder.trusted.reference.course_sources`), loads the submission (compiling its text
+itself, under an audit hook, with the grader's modules out of its reach:
+`autograder.untrusted.provenance`), and answers probe requests:
 requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
 plain data in the format of `autograder.protocol.wire`, which the parent checks before it builds anything.
 Whatever the student's code prints goes to a log file, never to the grader's terminal.
