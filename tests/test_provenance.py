@@ -29,7 +29,7 @@ CASES = ROOT / "tests" / "autograder_cases"
 REDTEAM = ROOT / "tests" / "redteam"
 
 # a stage child's load and one probe call of compute_entropy, in a process of its own; prints
-# {"statuses", "unread", "errors", "captured", "call", "report", "probes"} ("report": the
+# {"statuses", "unread", "errors", "captured", "call", "tensor", "report", "probes"} ("report": the
 # submission's REPORT global, plain data it gathered about what it could reach; "probes": the id
 # of the probes module that answers)
 DRIVER = """
@@ -51,7 +51,8 @@ call = probes.handle(state, {"kind": "call", "function": "compute_entropy",
 report = vars(sys.modules["submission"]).get("REPORT")
 print(json.dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
                   "unread": unread, "errors": errors, "captured": captured, "report": report,
-                  "call": {k: v for k, v in call.items() if isinstance(v, (str, bool))},
+                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict)},
+                  "tensor": type(call.get("output")) is torch.Tensor,
                   "probes": id(probes)}))
 """
 
@@ -202,3 +203,24 @@ def test_an_honest_submission_importing_gc_and_inspect_keeps_full_marks(tmp_path
                    probe_timeout=8.0)
     failed = {n: r["output"][:300] for n, r in graded["results"].items() if r["status"] != "passed"}
     assert graded["score"] == graded["max_score"] == 66, failed
+
+
+def test_rebinding_builtins_or_torch_changes_no_measurement(tmp_path):
+    """The probes keep their own builtins and torch's descriptors, bound before the submission
+    loads: a submission that rebinds `isinstance` in `builtins` (so no output looks like a
+    tensor) or torch's subclass switch changes only its own code."""
+    loaded = _load(tmp_path, "import builtins\nimport torch\n_real = builtins.isinstance\n"
+                             "builtins.isinstance = lambda x, t: False if t is torch.Tensor "
+                             "else _real(x, t)\n"
+                             "torch._C.DisableTorchFunctionSubclass = None\n"
+                             + HONEST_ENTROPY.replace("return -(", "return (lambda: 0) and -("))
+    assert loaded["call"]["status"] == "ok" and loaded["tensor"], loaded
+    assert loaded["call"]["requires_grad"] == {"": False}
+
+
+def test_a_tracer_is_refused_to_the_submission(tmp_path):
+    loaded = _load(tmp_path, "import sys\nimport torch\n\n\ndef compute_entropy(logits):\n"
+                             "    sys.settrace(lambda frame, event, arg: None)\n"
+                             "    return logits.sum(-1)\n")
+    assert loaded["call"]["status"] == "error"
+    assert "sys.settrace is not available while grading" in loaded["call"]["message"]

@@ -63,12 +63,17 @@ def to_plain(x, depth: int = 0):
     return {"__unsupported__": type(x).__name__}
 
 
+# bound at import, before any submission loads: patching torch's modules later changes neither
+_NO_SUBCLASS_FUNCTIONS = torch._C.DisableTorchFunctionSubclass
+_REQUIRES_GRAD = torch._C.TensorBase.requires_grad
+
+
 def _tensor_requires_grad(x: torch.Tensor) -> bool:
     """Autograd's own flag: a tensor subclass may override `requires_grad` (a property that says
     False) or intercept it in `__torch_function__`; the base class's descriptor, with torch
     functions of subclasses disabled, reads what autograd will do."""
-    with torch._C.DisableTorchFunctionSubclass():
-        return bool(torch._C.TensorBase.requires_grad.__get__(x))
+    with _NO_SUBCLASS_FUNCTIONS():
+        return bool(_REQUIRES_GRAD.__get__(x))
 
 
 def _requires_grad(x, prefix: str = "") -> dict:

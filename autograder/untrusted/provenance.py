@@ -41,10 +41,11 @@ MAX_TEXT_CHARS = 2**15  # of one (wire.MAX_STRING cuts a longer string)
 MAX_VISITED = 20_000  # objects `unread` looks at for one graded function
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 REFUSED = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"}
+TRACING = {"sys.settrace", "sys.setprofile"}  # a tracer sees every frame, the grader's too
 REBOUND = {"__code__", "__defaults__", "__kwdefaults__"}
+GRADER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # autograder/
 # where the library's files lie: the interpreter's, the installed packages', the grader's own
-LIBRARY_ROOTS = tuple(sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
-                              os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}))
+LIBRARY_ROOTS = tuple(sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, GRADER}))
 COURSE = "<course>/"  # the file names of the `course` modules the grader sent
 
 
@@ -154,6 +155,7 @@ class Provenance:
                 busy[0] = False
 
         sys.addaudithook(hook)
+        _freeze_builtins()
 
     def _submission_code(self, code: types.CodeType) -> bool:
         """Code of the submission: read, or made at run time (not a library's file)."""
@@ -162,7 +164,7 @@ class Provenance:
             or not filename.startswith(LIBRARY_ROOTS + ("<frozen ", COURSE))
 
     def _watch(self, event, args, getframe, asked_by_submission, generators, parse) -> None:
-        if event in REFUSED:
+        if event in REFUSED or (event in TRACING and self._asked(getframe(2))):
             raise RuntimeError(f"{event} is not available while grading: it would reach the "
                                "grader's own objects in this process")
         if event == "sys._getframe" or (event == "object.__getattr__"
@@ -259,6 +261,9 @@ class Provenance:
                 todo += list(vars(item).values())
             elif isinstance(item, types.ModuleType) and self._ours(vars(item)):
                 todo.append(vars(item))
+            elif self._ours(vars(sys.modules.get(type(item).__module__, types))) \
+                    and isinstance(getattr(item, "__dict__", None), dict):
+                todo += [type(item), item.__dict__]  # an object of the submission's own class
             elif isinstance(item, types.FunctionType):
                 why = self._function(item, todo)
                 if why:
@@ -300,6 +305,19 @@ class Provenance:
         return module is not None and vars(module) is function.__globals__ \
             and filename == getattr(module, "__file__", None) \
             and filename.startswith(LIBRARY_ROOTS + ("<frozen ",))
+
+
+def _freeze_builtins() -> None:
+    """Give each module of the grader in this process its own copy of the builtins it looks up
+    (`isinstance`, `len`, ...): a submission that rebinds them in `builtins` changes its own code,
+    never the probes' measurements."""
+    import builtins
+
+    frozen = {k: v for k, v in vars(builtins).items() if not k.startswith("__")}
+    for module in list(sys.modules.values()):  # the worker's `__main__` among them
+        if str(getattr(module, "__file__", "")).startswith(GRADER):
+            for key, value in frozen.items():
+                vars(module).setdefault(key, value)
 
 
 def _course_file(name: str) -> str:
