@@ -224,3 +224,12 @@ def test_a_tracer_is_refused_to_the_submission(tmp_path):
                              "    return logits.sum(-1)\n")
     assert loaded["call"]["status"] == "error"
     assert "sys.settrace is not available while grading" in loaded["call"]["message"]
+
+
+def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_found(tmp_path):
+    loaded = _load(tmp_path, "import types\nimport torch\n"
+                             "fake = types.ModuleType('torch_helpers')\nfake.torch = torch\n"
+                             f"exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
+                             "PAD = {i: [] for i in range(30_000)}\n\n\n"
+                             "def compute_entropy(logits):\n    return fake.compute_entropy(logits)\n")
+    assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded

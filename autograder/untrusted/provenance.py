@@ -35,10 +35,13 @@ import sys
 import traceback
 import types
 
+import torch
+
 MAX_CAPTURED = 100  # source texts kept: they travel in the load report (wire.MAX_HEADER_BYTES)
 MAX_CAPTURED_CHARS = 2**19  # in all
 MAX_TEXT_CHARS = 2**15  # of one (wire.MAX_STRING cuts a longer string)
-MAX_VISITED = 20_000  # objects `unread` looks at for one graded function
+MAX_VISITED = 20_000  # functions and containers `unread` follows for one graded function
+PLAIN = {int, float, complex, bool, str, bytes, type(None)}  # hold no code
 FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 REFUSED = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"}
 TRACING = {"sys.settrace", "sys.setprofile"}  # a tracer sees every frame, the grader's too
@@ -244,30 +247,36 @@ class Provenance:
         """Why `function`, or code of the submission it reaches, is not code the grader read;
         None when all of it was read."""
         todo, seen = [function], set()
-        while todo and len(seen) < MAX_VISITED:
+        while todo:
             item = todo.pop()
-            if id(item) in seen:
+            if type(item) in PLAIN or isinstance(item, torch.Tensor) or id(item) in seen:
                 continue
             seen.add(id(item))
+            if len(seen) > MAX_VISITED:
+                return (f"what `{function.__qualname__}` reaches is too large to follow "
+                        f"(over {MAX_VISITED:,} functions and containers)")
             if isinstance(item, (staticmethod, classmethod, types.MethodType)):
                 todo.append(item.__func__)
             elif isinstance(item, functools.partial):
                 todo += [item.func, *item.args, *item.keywords.values()]
             elif isinstance(item, property):
                 todo += [item.fget, item.fset, item.fdel]
-            elif isinstance(item, (dict, list, tuple, set, frozenset)) and len(item) < 10_000:
-                todo += list(item.values() if isinstance(item, dict) else item)
-            elif isinstance(item, type) and self._ours(vars(sys.modules.get(item.__module__, types))):
-                todo += list(vars(item).values())
-            elif isinstance(item, types.ModuleType) and self._ours(vars(item)):
-                todo.append(vars(item))
-            elif self._ours(vars(sys.modules.get(type(item).__module__, types))) \
-                    and isinstance(getattr(item, "__dict__", None), dict):
-                todo += [type(item), item.__dict__]  # an object of the submission's own class
+            elif isinstance(item, (dict, list, tuple, set, frozenset)):
+                todo += list(dict.values(item) if isinstance(item, dict) else item)
+            elif isinstance(item, type):
+                if self._ours(vars(sys.modules.get(item.__module__, types))) \
+                        or not _found_where_it_says(item):
+                    todo += list(vars(item).values())
+            elif isinstance(item, types.ModuleType):
+                if self._ours(vars(item)) or sys.modules.get(item.__name__) is not item:
+                    todo.append(vars(item))  # the submission's, or one made at run time
             elif isinstance(item, types.FunctionType):
                 why = self._function(item, todo)
                 if why:
                     return why
+            elif self._ours(vars(sys.modules.get(type(item).__module__, types))) \
+                    and isinstance(getattr(item, "__dict__", None), dict):
+                todo += [type(item), item.__dict__]  # an object of the submission's own class
         return None
 
     def _ours(self, namespace: dict) -> bool:
@@ -305,6 +314,15 @@ class Provenance:
         return module is not None and vars(module) is function.__globals__ \
             and filename == getattr(module, "__file__", None) \
             and filename.startswith(LIBRARY_ROOTS + ("<frozen ",))
+
+
+def _found_where_it_says(cls: type) -> bool:
+    """Whether a class is the attribute its module and qualified name say (a library's class;
+    one made at run time under a library's name is not)."""
+    found = sys.modules.get(cls.__module__)
+    for part in str(cls.__qualname__).split("."):
+        found = getattr(found, part, None)
+    return found is cls
 
 
 def _freeze_builtins() -> None:
