@@ -231,5 +231,7 @@ def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_fo
                              "fake = types.ModuleType('torch_helpers')\nfake.torch = torch\n"
                              f"exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
                              "PAD = {i: [] for i in range(30_000)}\n\n\n"
-                             "def compute_entropy(logits):\n    return fake.compute_entropy(logits)\n")
+                             "def compute_entropy(logits):\n"
+                             "    return fake.compute_entropy(logits) if PAD else None\n")
     assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
+    assert "'<string>'" in loaded["unread"]["compute_entropy"]  # found, the padding followed

@@ -348,6 +348,8 @@ class Grader:
         config = {"submission": self.submission.to_request(), "device": self.device,
                   "stage": stage, "paths": _visible_paths(self.submission),
                   "grading_reference": self.submission.is_reference,
+                  # an instructor's check of the solutions: code made at run time earns too
+                  "allow_unread": self.allow_reference,
                   "course": course_sources(None if self.submission.is_reference else stage)}
         # tier 2 has no network namespace: a stage with a data-parallel check gets its gloo
         # ranks forked and connected before the submission loads (`autograder.untrusted.ranks`)
