@@ -234,4 +234,5 @@ def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_fo
                              "def compute_entropy(logits):\n"
                              "    return fake.compute_entropy(logits) if PAD else None\n")
     assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
-    assert "'<string>'" in loaded["unread"]["compute_entropy"]  # found, the padding followed
+    why = loaded["unread"]["compute_entropy"]  # whichever it meets first: padding hides nothing
+    assert "'<string>'" in why or "too large to follow" in why, why
