@@ -2,6 +2,7 @@
 
     pytest autograder [--submission PATH|MODULE] [--results FILE] [--device cpu|cuda|auto]
                       [--official | --stored-only] [--time-limit SECONDS] [-k NAME]
+                      [--copies flag|zero]
 
 The submission runs in a bubblewrap sandbox (`autograder.trusted.isolation`). Where none can start, the
 grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
@@ -15,6 +16,8 @@ failed on a check) is no grade: it writes no `--results` file, says GRADING DID 
 exits 3. Every option's value is checked before torch is imported (`autograder.options`); bad
 values are usage errors naming the flag (exit 4). `--time-limit` is wall time from this process's
 start.
+Similarity to the reference is evidence, shown under the table (and, in results.json, in a test
+hidden from students); it costs points only with `--copies zero` (`autograder.trusted.reference`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import time
 import pytest
 
 from autograder.options import (
+    COPIES,
+    COPIES_HELP,
     DEVICES,
     ISOLATIONS,
     GradingOptions,
@@ -62,9 +67,11 @@ def pytest_addoption(parser) -> None:
     group.addoption("--isolation", default="auto", choices=ISOLATIONS,
                     help="the sandbox's tier: the first that holds here (auto), bubblewrap, or "
                          "landlock (Landlock and seccomp, where namespaces are refused)")
+    group.addoption("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     group.addoption("--allow-reference", action="store_true",
-                    help="let copies of the reference earn points: for an instructor checking the "
-                         "solution notebooks (which hold the reference), never for a student's grade")
+                    help="an instructor's check of the solution notebooks (which hold the "
+                         "reference): no similarity flag, no penalty, and the grade says so; "
+                         "never for a student's grade")
 
 
 def pytest_configure(config) -> None:
@@ -89,6 +96,35 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError(problem)
 
 
+def notebook_stage(submission: str):
+    """The stage whose notebook `submission` is (by its file name: `06_aggregation.ipynb`), or
+    None for a folder, a module, a .py or a notebook of no stage: they are graded on every check."""
+    from pathlib import Path
+
+    from course.registry import REGISTRY
+
+    return next((stage for stage in REGISTRY if Path(submission).name == stage.notebook), None)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """One stage's notebook is graded on its own functions' checks: the other notebooks' functions
+    are not in it, and would fail as "not defined" one by one. The terminal summary says so."""
+    stage = notebook_stage(config.getoption("--submission"))
+    if stage is None:
+        return
+    kept = [item for item in items if not hasattr(item, "callspec")
+            or item.callspec.params["check"].function in stage.functions]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        config.stash[_only_key] = (f"{stage.notebook}: graded on the {len(kept)} checks of its own "
+                                   f"functions; the other notebooks' {len(items) - len(kept)} "
+                                   "checks were not run (--submission notebooks grades them all)")
+        items[:] = kept
+
+
+_only_key = pytest.StashKey[str]()
+
+
 class Session:
     """Created at the first check, so that `--collect-only` starts nothing."""
 
@@ -101,7 +137,7 @@ class Session:
             official=config.getoption("--official"), time_limit=config.getoption("--time-limit"),
             allow_reference=config.getoption("--allow-reference"),
             stored_only=config.getoption("--stored-only") or None,
-            isolation=config.getoption("--isolation"))
+            isolation=config.getoption("--isolation"), copies=config.getoption("--copies"))
         self.grading = GradingSession(config.getoption("--submission"), options, started_at=STARTED)
         self.grader = self.grading.grader
         self.results_path = config.getoption("--results")
@@ -157,7 +193,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    from autograder.trusted.report import check_table, escape, stage_table
+    from autograder.trusted.report import check_table, escape, similarity_lines, stage_table
 
     grading_session = config.stash.get(_session_key, None)
     if grading_session is None:
@@ -168,6 +204,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if grading_session.incomplete:
         write(escape(grading_session.incomplete))
     write(grader.isolation_note)
+    if only := config.stash.get(_only_key, None):
+        write(only)
     for note in ([grader.load_failure] if grader.load_failure else []) + grader.load_errors:
         write(f"note: {escape(note)}")
     if grading_session.tampering:
@@ -178,6 +216,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         write(line)
     write("")
     for line in stage_table(grader.results):
+        write(line)
+    for line in similarity_lines(grader.similar, grader.options.copies):
         write(line)
     write(f"({grader.seed_note})")
     if grading_session.incomplete:

@@ -20,7 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.options import ISOLATIONS, MIN_MEMORY_MB, GradingOptions, Parser, seconds
+from autograder.options import (
+    COPIES,
+    COPIES_HELP,
+    ISOLATIONS,
+    MIN_MEMORY_MB,
+    GradingOptions,
+    Parser,
+    seconds,
+)
 from course.paths import ROOT
 
 # Gradescope's default container (https://gradescope-autograders.readthedocs.io/en/latest/
@@ -75,7 +83,7 @@ def submission_memory_mb(container_mb: int | None) -> int:
 
 
 def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_TIME_LIMIT,
-        started: float | None = None, isolation: str = "auto") -> int:
+        started: float | None = None, isolation: str = "auto", copies: str = "flag") -> int:
     """Grade `root`/submission officially into `root`/results/results.json (run_autograder).
 
     A grading that did not complete leaves NO results.json and exits 1. Gradescope then shows
@@ -85,7 +93,7 @@ def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_T
     only by a grading that judged every check; an OOM kill, a time-out, a sandbox that would not
     start or a crash of the grader at any moment leaves nothing to mistake for a grade.
     `isolation`: the sandbox's tier, as `pytest autograder --isolation` takes it ("auto": the
-    first that holds in the container).
+    first that holds in the container). `copies`: `pytest autograder --copies` (flag or zero).
     """
     started = time.monotonic() if started is None else started
     results = root / "results" / "results.json"
@@ -97,7 +105,7 @@ def run(root: Path, allow_reference: bool = False, time_limit: float = DEFAULT_T
                "--submission", str(submission), "--official", "--results", str(results),
                "--time-limit", f"{max(remaining, 1.0):.1f}", "--memory-mb", str(memory)]
     command += ["--allow-reference"] if allow_reference else []
-    command += ["--isolation", isolation]
+    command += ["--isolation", isolation, "--copies", copies]
     try:  # the grader keeps its own clock; this one stops a grader that no longer does
         done = subprocess.run(command, cwd=ROOT, timeout=max(remaining, 1.0) + KILL_GRACE,
                               env={**LEAN, **os.environ})
@@ -143,9 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-reference", action="store_true",
                         help="copies of the reference earn points: a check bundle's grading "
                              "(Gradescope's Test Autograder), never a student's")
+    parser.add_argument("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     args = parser.parse_args(argv[1:])
     _check_root(parser, args.root)
-    return run(args.root, args.allow_reference, args.time_limit, started, args.isolation)
+    return run(args.root, args.allow_reference, args.time_limit, started, args.isolation,
+               args.copies)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed
 MIN_MEMORY_MB = 64  # below this no stage child can even build the tiny model
 ISOLATIONS = ("auto", "bubblewrap", "landlock")  # the sandbox's tiers (`trusted/isolation.py`)
 DEVICES = ("cpu", "cuda", "auto")
+COPIES = ("flag", "zero")  # what similarity to the reference does (`trusted/reference.py`)
+COPIES_HELP = ("what similarity to the reference does: flag (default) shows the evidence to the "
+               "instructor and costs no points; zero also zeroes a graded function above its "
+               "threshold, calibrated on independent implementations")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class GradingOptions:
     """Judge from the stored cases alone (None: when this is a student edition)."""
     isolation: str = "auto"
     """The sandbox's tier: the first that holds here (auto), bubblewrap or landlock."""
+    copies: str = "flag"
+    """Similarity to the reference: flagged with its evidence (flag), or also zeroed above the
+    function's calibrated threshold (zero)."""
 
 
 def number(text: str, kind=float, at_least: float | None = None,

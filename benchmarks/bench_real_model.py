@@ -5,16 +5,19 @@
 
 The model is built from a Qwen2 config with Qwen2.5-0.5B's shapes (hidden 896, 24 layers, 14 heads,
 2 KV heads, intermediate 4864, V = 151,936, tied embeddings: ~494M parameters), randomly initialized:
-nothing is downloaded. Part 1 times `grpo_train_step` (bf16 weights, fp32 log-probs, AdamW) on
-B rollouts of T tokens with the plain head and the chunked head (course.chunked_head), with and
-without gradient checkpointing. Part 2 times log π(y) + backward through the output head alone:
-plain (full logits), chunked, and Cut Cross-Entropy / Liger's fused linear cross-entropy where
-installed (`pip install cut-cross-entropy liger-kernel`; both GPU-only). Prints a table and the machine.
+nothing is downloaded. Part 1 times `grpo_train_step` (`--dtype` weights, bfloat16 by default,
+float32 log-probs, AdamW) on B rollouts of T tokens with the plain head and the chunked head
+(course.chunked_head), each with and without gradient checkpointing. Part 2 times log π(y) +
+backward through the output head alone: plain (full logits), chunked, and Cut Cross-Entropy /
+Liger's fused linear cross-entropy where installed (`pip install cut-cross-entropy liger-kernel`;
+both GPU-only; a row says so where one is not importable). Prints a table and the machine;
+`--json FILE` writes the rows too (benchmarks/gpu_check.py reads them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import time
 
@@ -54,15 +57,16 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def step_rows(shape: dict, device: str, batch: int, length: int, repeats: int) -> list[tuple]:
+def step_rows(shape: dict, device: str, batch: int, length: int, repeats: int,
+              dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
     """(setting, seconds per step, peak memory) of grpo_train_step on random token rollouts."""
     texts = [" ".join(str(i * j % 97) for j in range(length)) for i in range(1, batch + 1)]
     tokenizer = build_bpe_tokenizer(texts, vocab_size=300)
     reward = lambda response, truth: {"reward": float(len(response) % 3), "format_reward": 1.0,  # noqa: E731
                                       "answer_reward": 0.0}
     rows = []
-    for chunk, checkpointing in ((0, False), (256, False), (256, True)):
-        model = build({**shape, "vocab_size": max(shape["vocab_size"], len(tokenizer))}, device, torch.bfloat16)
+    for chunk, checkpointing in ((0, False), (0, True), (256, False), (256, True)):
+        model = build({**shape, "vocab_size": max(shape["vocab_size"], len(tokenizer))}, device, dtype)
         model.config.grpo_logits_chunk_size = chunk
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -98,18 +102,20 @@ def head_rows(shape: dict, device: str, tokens: int, repeats: int) -> list[tuple
         return _ChunkedHeadLogProb.apply(h, w, y, 256 * vocab, False)[0]
 
     heads = {"plain (full logits)": plain, "chunked (course)": chunked}
-    if device.startswith("cuda"):
+    rows = []
+    if not device.startswith("cuda"):
+        rows.append(("head: Cut Cross-Entropy, Liger fused linear CE", None, "skipped: GPU-only"))
+    else:
         try:
             from cut_cross_entropy import linear_cross_entropy
             heads["Cut Cross-Entropy"] = lambda: -linear_cross_entropy(h, w, y, reduction="none")
         except ImportError:
-            pass
+            rows.append(("head: Cut Cross-Entropy", None, "skipped: cut_cross_entropy not importable"))
         try:
             from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
             heads["Liger fused linear CE"] = lambda: -liger_fused_linear_cross_entropy(h, w, y, reduction="none")
         except ImportError:
-            pass
-    rows = []
+            rows.append(("head: Liger fused linear CE", None, "skipped: liger_kernel not importable"))
     for name, head in heads.items():
         head().sum().backward()  # warm-up
         reset(device)
@@ -128,6 +134,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=None, help="rollouts per step (default 16; toy 8)")
     parser.add_argument("--length", type=int, default=None, help="tokens per response (default 256; toy 16)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="the model's weights in the train steps (notebook 09 trains 0.5B in float32)")
+    parser.add_argument("--json", type=str, default=None, metavar="FILE", help="also write the rows here")
     args = parser.parse_args()
     shape = TOY if args.toy else QWEN25_05B
     batch, length = args.batch or (8 if args.toy else 16), args.length or (16 if args.toy else 256)
@@ -135,12 +144,16 @@ def main() -> None:
     print(f"machine: {platform.machine()} {platform.processor() or ''}, torch {torch.__version__}, "
           f"device {torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}")
     print(f"model: Qwen2 {'toy' if args.toy else 'Qwen2.5-0.5B shapes'}, V={shape['vocab_size']:,}; "
-          f"B={batch} rollouts of {length} tokens, 2 micro-batches")
-    rows = step_rows(shape, args.device, batch, length, repeats)
+          f"B={batch} rollouts of {length} tokens, 2 micro-batches, {args.dtype} weights")
+    rows = step_rows(shape, args.device, batch, length, repeats, getattr(torch, args.dtype))
     rows += head_rows(shape, args.device, batch * length, repeats)
     print(f"{'setting':<52} {'s/step':>9} {'steps/s':>8}  peak memory")
     for name, seconds, memory in rows:
-        print(f"{name:<52} {seconds:>9.3f} {1 / seconds:>8.2f}  {memory}")
+        timing = f"{'-':>9} {'-':>8}" if seconds is None else f"{seconds:>9.3f} {1 / seconds:>8.2f}"
+        print(f"{name:<52} {timing}  {memory}")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump([{"setting": n, "seconds": s, "peak_memory": m} for n, s, m in rows], file, indent=1)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ every data-parallel rank.
 
 The gradient-accumulation bug: dividing each micro-batch's masked sum by its OWN token count n_k and
 then by the number of micro-batches K gives a token in micro-batch k the weight 1/(K·n_k) instead of
-1/N, so tokens in short micro-batches count more. open-instruct's loss refactor
-(allenai/open-instruct, open_instruct/grpo_fast.py) still had it; transformers' Trainer had it until its
+1/N, so tokens in short micro-batches count more. open-instruct had it until PR #1161
+(allenai/open-instruct, open_instruct/grpo_fast.py); transformers' Trainer had it until its
 October 2024 fix. `calculate_loss_and_backward` divides by the step's N and multiplies by the world
 size, because DistributedDataParallel averages gradients over ranks.
 """

@@ -14,11 +14,14 @@ import argparse
 import ast
 import inspect
 import math
+import tempfile
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 from typing import NoReturn
 
 USAGE_ERROR = 2  # argparse's exit status for a usage error
+INTERRUPTED = 130  # a shell's exit status for a command that SIGINT ended
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,19 +79,49 @@ def flag_type(kind: type, problem: Callable[[object], str | None]) -> Callable[[
     return parse
 
 
+def unwritable(path: Path, folder: bool = True) -> str | None:
+    """Why this user cannot write `path` as a folder (or, not `folder`, as a file): checked before
+    any work, so that a bad --out is refused at once, not after the run. None when it can. A probe
+    file in the nearest existing folder tells what permission bits do not (root, a read-only mount)."""
+    if folder and path.is_symlink() and not path.exists():
+        return f"{path} is a link to nothing"
+    if path.exists() and path.is_dir() != folder:
+        return f"{path} is {'a file, not a folder' if folder else 'a folder, not a file'}"
+    if not folder and path.exists():
+        try:
+            open(path, "ab").close()  # opened to append, nothing written: its contents stay
+        except OSError as error:
+            return f"{path} cannot be written ({error.strerror})"
+        return None
+    existing = path if folder else path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not folder and existing != path.parent:
+        return f"no such folder {path.parent}"
+    try:
+        tempfile.NamedTemporaryFile(dir=existing).close()  # made and removed
+    except OSError as error:
+        return f"{existing} is not writable ({error.strerror})"
+    return None
 
-def out_of_range(value: float, low: float, inclusive: bool) -> str | None:
-    """Why `value` is not a finite number above `low` (or at it, when `inclusive`); None when it is."""
+
+def out_of_range(value: float, low: float, inclusive: bool, high: float | None = None) -> str | None:
+    """Why `value` is not a finite number above `low` (or at it, when `inclusive`) and at most
+    `high` (when given); None when it is."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, got {value}"
     if value < low or (value == low and not inclusive):
         return f"must be {'>=' if inclusive else '>'} {low}, got {value}"
+    if high is not None and value > high:
+        return f"must be <= {high}, got {value}"
     return None
 
 
-def bounded_types(config_class, bounds: dict[str, tuple[float, bool]]) -> dict[str, Callable]:
-    """argparse `type=` functions refusing, for each field of `bounds`, a value below its
-    (lowest value, whether that value is allowed)."""
+def bounded_types(config_class, bounds: dict[str, tuple]) -> dict[str, Callable]:
+    """argparse `type=` functions refusing, for each field of `bounds`, a value outside its
+    (lowest value, whether that value is allowed[, highest value])."""
     return {name: flag_type(type(getattr(config_class, name)),
                             lambda value, bound=bound: out_of_range(value, *bound))
             for name, bound in bounds.items()}

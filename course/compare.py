@@ -15,17 +15,26 @@ the clipping the variants differ by actually acts.
 `--out DIR` gets one `course.train` folder per run, and `compare.png` (held-out sampled accuracy
 over steps, one curve per variant, mean over seeds, with the table beside it), `compare.md` (the
 table) and `compare.json` (every run's numbers and curve). A non-empty DIR is refused unless
-`--overwrite`: nothing a student ran before is lost.
+`--overwrite`: nothing a student ran before is lost. A Ctrl-C stops at once and says how many runs
+are whole.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from course.cli import Parser, add_config_arguments
+from course.cli import (
+    INTERRUPTED,
+    Parser,
+    add_config_arguments,
+    flag_type,
+    out_of_range,
+    unwritable,
+)
 from course.train_config import (
     CHOICES,
     FLAG_ALIASES,
@@ -44,17 +53,21 @@ COLUMNS = ("sampled before", "sampled after", "greedy after", "entropy", "KL", "
 STYLES = {"sequence": "-", "token": "--", "constant": ":"}
 
 
-def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path, log=print) -> list[dict]:
-    """Train every (pg_method, normalization, seed); one record per run with its held-out curve."""
+def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path, log=print,
+                 runs: list[dict] | None = None) -> list[dict]:
+    """Train every (pg_method, normalization, seed); one record per run with its held-out curve,
+    appended to `runs` as each ends (what a Ctrl-C leaves done)."""
     from course.train import train  # torch: after the command line is checked
 
-    runs = []
+    runs = [] if runs is None else runs
     for pg_method in pg_methods:
         for normalization in normalizations:
             for seed in seeds:
                 config = replace(base, pg_method=pg_method, normalization=normalization, seed=seed)
                 folder = out / f"{pg_method}-{normalization}-seed{seed}"
                 summary = train(config, folder, progress=False)
+                if summary.get("interrupted"):  # Ctrl-C amid this run's steps (`train`)
+                    raise KeyboardInterrupt
                 records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
                 curve = [(0, summary["accuracy_before"])] + [
                     (r["step"], r["heldout_accuracy_sampled"]) for r in records if "heldout_accuracy_sampled" in r]
@@ -118,7 +131,7 @@ def plot(rows: list[dict], title: str, path: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/compare"),
                         help="folder for the runs, compare.png, compare.md and compare.json")
@@ -127,32 +140,52 @@ def main(argv: list[str] | None = None) -> None:
                         default=list(PG_METHODS), help="the policy-gradient losses to train with "
                         "(--losses: its name before, for one release)")
     parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN,
-                         types=flag_types(), aliases=FLAG_ALIASES)
+    # a run of no steps has no last step to read the entropy and KL of
+    types = {**flag_types(), "steps": flag_type(int, lambda value: out_of_range(value, 1, True))}
+    parser.add_argument("--seeds", nargs="+", type=types["seed"], default=[0])
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=types,
+                         aliases=FLAG_ALIASES)
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
     pg_methods, normalizations, seeds = args.pop("pg_methods"), args.pop("normalizations"), args.pop("seeds")
-    if any(seed < 0 for seed in seeds):
-        parser.error(f"--seeds must be non-negative, got {seeds}")
+    for flag, values in (("--pg-methods", pg_methods), ("--normalizations", normalizations),
+                         ("--seeds", seeds)):
+        if repeated := sorted({str(v) for v in values if values.count(v) > 1}):
+            parser.error(f"argument {flag}: {' '.join(repeated)} given twice; a repeat is the same "
+                         "run again, not another sample")
     base = TrainConfig(**args)
     try:
         validate(base, world_size=1)
     except ConfigError as error:
         parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
+    if problem := unwritable(out):
+        parser.error(f"argument --out: {problem}")
     if out.exists() and any(out.iterdir()) and not overwrite:
-        parser.error(f"--out {out} is not empty; choose another folder or pass --overwrite")
+        parser.error(f"argument --out: {out} is not empty; choose another folder or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
 
-    rows = table(run_variants(base, pg_methods, normalizations, seeds, out))
+    runs: list[dict] = []
+    try:
+        run_variants(base, pg_methods, normalizations, seeds, out, runs=runs)
+    except KeyboardInterrupt:
+        total = len(pg_methods) * len(normalizations) * len(seeds)
+        print(f"interrupted (Ctrl-C) after {len(runs)} of {total} runs: their folders in {out} are "
+              "whole, the next one's partial; no compare.md, .json or .png", file=sys.stderr)
+        return INTERRUPTED
+    rows = table(runs)
     title = (f"{base.steps} steps, {base.prompts_per_step}x{base.group_size} rollouts, lr {base.lr:g}, "
              f"{base.updates_per_rollout} updates/rollout, seeds {' '.join(map(str, seeds))}")
     (out / "compare.md").write_text(f"{title}\n\n{markdown(rows)}")
     (out / "compare.json").write_text(json.dumps({"config": asdict(base), "seeds": seeds, "rows": rows}, indent=1))
     plot(rows, title, out / "compare.png")
     print(f"\n{title}\n\n{markdown(rows)}\nwrote {out / 'compare.png'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # while torch loads or between runs; amid one, `main` says more
+        print("interrupted (Ctrl-C): no compare.md, .json or .png", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None

@@ -29,7 +29,7 @@ import types
 from dataclasses import replace
 from pathlib import Path
 
-from course.cli import Parser, flag_type, out_of_range
+from course.cli import Parser, flag_type, out_of_range, unwritable
 from course.tasks import RESPONSE_PATTERN, AdditionTask, r1_zero_reward_fn
 from course.train_config import TrainConfig
 
@@ -214,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         names = run_names(args.runs)
     except ValueError as error:
         parser.error(f"argument --runs: {error}")
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"argument --out: {args.out} is not a folder")
+    if problem := unwritable(args.out):
+        parser.error(f"argument --out: {problem}")
     existing = [str(args.out / f"{name}.json") for name in names if (args.out / f"{name}.json").exists()]
     if existing and not args.force:
         parser.error(f"argument --out: {', '.join(existing)} exist already; pass --force to overwrite them")

@@ -11,8 +11,8 @@ trainers differ in the LEVEL at which ρ is taken and in what happens ABOVE the 
            mask       w = ρ if ρ ≤ C else 0                 (TRL `*_mask`, verl `mask`: rejection)
 
 (B, T) weights, no gradient, 0 off the response mask; a sequence-level weight is the same for every
-token of its row. The caps differ too: TRL's `vllm_importance_sampling_cap` defaults to 3 (2 before its modes), verl's
-`rollout_is_threshold` to 2, open-instruct's `truncated_importance_sampling_ratio_cap` to 2. Sources:
+token of its row. The caps differ too: TRL's `vllm_importance_sampling_clip_max` (formerly `vllm_importance_sampling_cap`) defaults to 3 (2 before its modes), verl's
+`rollout_is_threshold` to 2, open-instruct's `truncated_importance_sampling_ratio_cap` to 2 (replaced by its `rho_*` options in PR #1650). Sources:
 trl/trainer/grpo_trainer.py (`vllm_importance_sampling_mode`), verl docs/algo/rollout_corr.md
 (`rollout_is`, `rollout_is_level`, `rollout_is_mode`), open_instruct/grpo_fast.py.
 

@@ -11,8 +11,9 @@ them (shapes: B sequences × T positions):
                                brings you off-policy RL training", https://fengyao.notion.site/off-policy-rl)
   compute_grpo_loss            open-instruct's per-token loss (open_instruct/grpo_utils.py): DAPO's
                                decoupled bounds clip(r, 1−ε_low, 1+ε_high) (Yu et al. 2025, arXiv
-                               2503.14476) or CISPO (arXiv 2506.13585), TIS weights on the max (where
-                               open-instruct applies them before the max), and the KL estimate.
+                               2503.14476) or CISPO (arXiv 2506.13585), TIS weights on the max (as
+                               open-instruct since PR #1650; before, inside it: the same value,
+                               since the weights are ≥ 0), and the KL estimate.
 The clipped surrogate and CISPO's weighted log π are stage 4's (`course.losses`), written once.
 """
 
@@ -86,7 +87,7 @@ def truncated_importance_weights(
     """min(pi_old / pi_sampler, cap) per token (B, T), no gradient, 0 off the mask.
 
     Truncated importance sampling (Yao et al. 2025; open-instruct's
-    maybe_apply_importance_sampling).
+    --truncated_importance_sampling_ratio_cap, now its rho_* options).
     """
     if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
         raise ValueError(f"cap must be a positive number, got {cap!r}")

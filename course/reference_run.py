@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from course.cli import Parser
+from course.cli import Parser, unwritable
 from course.implementations import missing_references
 from course.train_config import TrainConfig
 
@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.out.parent.is_dir():
         parser.error(f"argument --out: {args.out.parent} is not a folder")
+    if problem := unwritable(args.out, folder=False):
+        parser.error(f"argument --out: {problem}")
     try:
         recorded = record(args.out)
     except RuntimeError as error:

@@ -6,6 +6,8 @@ stays exploration) — and drop everything else
 (exploration, plots, training loops, self-check calls), so a cell that trains for an hour or calls
 `os._exit` at top level never runs. IPython magics (`%...`, `!...`) are dropped before parsing.
 When several notebooks are given, a graded name defined with `def` wins over one merely imported.
+A graded name that a locked cell (nbgrader's "given" and setup cells) defines or imports never
+counts as the student's implementation: those cells are the course's code, not the student's.
 
 A notebook is hostile input too: any JSON shape, bytes that are not UTF-8, a cell nested too deeply
 for the parser, a huge cell or a hundred thousand of them. The work is bounded (file size, JSON
@@ -36,7 +38,8 @@ from pathlib import Path
 from course.parsing import parse
 from course.registry import GRADED_FUNCTIONS
 
-KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+KEPT = (ast.Import, ast.ImportFrom, *DEFINITIONS)
 # Bounds on the work a submission can make the grader do before anything runs. The course's
 # notebooks are ~40 kB with under 40 cells, the longest cell ~8 kB; outputs (plots) can add MBs.
 MAX_NOTEBOOK_BYTES = 50 * 2**20  # one notebook file, outputs included
@@ -217,12 +220,19 @@ def read_notebook(path: Path, follow_links: bool = True,
             skipped.append((f"code cell {number}", f"too complex to read ({type(exc).__name__}: "
                                                    "an expression nested too deeply?)"))
             continue
+        # a given (locked) cell's names run, for the helpers they bind, but never count as the
+        # student's implementation of a graded function
+        given = _is_given(cell)
         for node, text in kept:
             statements.append((f"{label}, line {node.lineno}", text))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                defined.add(node.name)
+            if isinstance(node, DEFINITIONS):
+                names = {node.name}
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+                names = {(a.asname or a.name).split(".")[0] for a in node.names}
+            else:
+                continue
+            (defined if isinstance(node, DEFINITIONS) else imported).update(
+                names - set(GRADED_FUNCTIONS) if given else names)
     problems += [f"{path.name}, {where}: {why}; the definitions in this cell were not graded"
                  for where, why in skipped[:MAX_REPORTED]]
     if len(skipped) > MAX_REPORTED:
@@ -230,6 +240,13 @@ def read_notebook(path: Path, follow_links: bool = True,
     unit = {"name": path.name, "statements": statements, "defined": sorted(defined),
             "imported": sorted(imported)}
     return unit, problems, parsed
+
+
+def _is_given(cell: dict) -> bool:
+    """A locked cell that is not the student's to write (nbgrader's metadata: setup, given
+    helpers, self-checks), as the course's releases mark them."""
+    marks = cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+    return isinstance(marks, dict) and marks.get("locked") is True and not marks.get("solution")
 
 
 def _assign_providers(units: list) -> dict:

@@ -15,11 +15,12 @@ a policy can already sometimes do.
 Under `torchrun`, every rank draws the same problems and keeps whole groups of its own; sampling is
 seeded per row (`rollout.row_seed`), so the rollouts, and therefore the updates, are those of the
 single-process run. `--out DIR` writes `metrics.jsonl` (one record per step), `summary.json`,
-`training_curves.png` and the final weights `policy.pt`. `--notebooks DIR` trains with the
-learner's own stages, read from their notebooks (`course.implementations`): their train step on
-their tokenizer, scorer, advantages, losses and aggregation, each falling back to the reference
-where it is not written yet. In a student edition that has not revealed every stage, the
-default is the edition's own `notebooks/`.
+`training_curves.png` and the final weights `policy.pt` (a DIR that holds a run is refused unless
+`--overwrite`; a Ctrl-C ends with the steps done, which `metrics.jsonl` holds). `--notebooks DIR`
+trains with the learner's own stages, read from their notebooks (`course.implementations`): their
+train step on their tokenizer, scorer, advantages, losses and aggregation, each falling back to
+the reference where it is not written yet. In a student edition that has not revealed every
+stage, the default is the edition's own `notebooks/`.
 
 What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
 `benchmarks/bench_train.py`).
@@ -35,9 +36,16 @@ problems (`course.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`co
 from __future__ import annotations
 
 if __name__ == "__main__":  # the command line checks its flags before torch loads (course.cli)
+    import sys
+
+    from course.cli import INTERRUPTED
     from course.train_cli import main
 
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # Ctrl-C while loading or evaluating; one in a step is `train`'s
+        print("interrupted (Ctrl-C) outside the training steps: no summary written", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
 
 import copy
 import functools
@@ -77,6 +85,7 @@ from course.progress import progress_bar
 from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts
 from course.tasks import ADDITION, Task
 from course.train_config import (  # re-exported: `from course.train import TrainConfig, train`
+    RUN_FILES,
     WARM_START,
     ConfigError,
     TrainConfig,
@@ -270,69 +279,77 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     metrics_file = None
     if out is not None and rank == 0:
         out.mkdir(parents=True, exist_ok=True)
+        for name in RUN_FILES:  # an earlier run's (--overwrite): no stale plot beside new metrics
+            (out / name).unlink(missing_ok=True)
         metrics_file = open(out / "metrics.jsonl", "w")
     bar = progress_bar(range(1, config.steps + 1), config.steps, desc="GRPO", unit="step",
                        enabled=progress and rank == 0)
-    for step in bar:
-        step_start = time.time()
-        problems = problem_rng.sample(pool, config.prompts_per_step)[rank * per_rank:(rank + 1) * per_rank]
-        if separate_sampler:
-            sampler.load_state_dict(policy.state_dict())
-        policy.eval()
-        rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
-                                 first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
-                                 temperature=config.temperature, task=task)
-        kept_groups, signal = None, group_signal(rollouts, reward_fn, config)
-        groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
-        if config.dynamic_sampling:
-            rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
-            if kept_groups < world_size:  # too few groups left for every rank: no update this step
-                if rank == 0:
-                    records.append({"step": step, "kept_groups": kept_groups, "skipped_update": 1.0})
-                continue
-        log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config, rescore)
-        policy.train()
-        for _ in range(config.updates_per_rollout):
-            _, metadata = train_step(
-                model, tokenizer, optimizer, min(config.gradient_accumulation_steps, len(rollouts)),
-                config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
-                rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
-                baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
-                pg_method=config.pg_method,
-                old_log_probs=log_probs["old_log_probs"] if needs_old else None,
-                cliprange=config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None,
-                loss_normalization=config.normalization, normalization_constant=constant,
-                kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
-                ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
-                sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
-                temperature=config.temperature,
-            )
-        # The train step's statistics are per rank for rewards (equal row counts: mean of means).
-        # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
-        rows = float(len(rollouts)) * world_size / (config.prompts_per_step * config.group_size
-                                                    if kept_groups is None else kept_groups * config.group_size)
-        rewards = _reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
-        seconds = time.time() - step_start
-        generated_tokens = stats.pop("generated_tokens")
-        if kept_groups is not None:
-            stats["kept_groups"] = kept_groups
-        stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
-        record = {"step": step, **stats, **rewards,
-                  "token_entropy": float(metadata["token_entropy"]),
-                  **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
-                  "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
-                  "gradient_norm": float(metadata["gradient_norm"]),
-                  "loss": float(metadata["loss"]),
-                  "tokens_per_second": generated_tokens / seconds,
-                  "step_seconds": seconds}
-        if rank == 0 and config.eval_every and step % config.eval_every == 0 and step < config.steps:
-            record.update(held_out_accuracy(policy, tokenizer, config, task))
-        if rank == 0:
-            records.append(record)
-            if metrics_file:
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-            bar.set_postfix(reward=f"{record['reward_mean']:.2f}", entropy=f"{record['token_entropy']:.2f}")
+    try:
+        for step in bar:
+            step_start = time.time()
+            problems = problem_rng.sample(pool, config.prompts_per_step)[rank * per_rank:(rank + 1) * per_rank]
+            if separate_sampler:
+                sampler.load_state_dict(policy.state_dict())
+            policy.eval()
+            rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
+                                     first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
+                                     temperature=config.temperature, task=task)
+            kept_groups, signal = None, group_signal(rollouts, reward_fn, config)
+            groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
+            if config.dynamic_sampling:
+                rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
+                if kept_groups < world_size:  # too few groups left for every rank: no update this step
+                    if rank == 0:
+                        records.append({"step": step, "kept_groups": kept_groups, "skipped_update": 1.0})
+                    continue
+            log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config, rescore)
+            policy.train()
+            for _ in range(config.updates_per_rollout):
+                _, metadata = train_step(
+                    model, tokenizer, optimizer, min(config.gradient_accumulation_steps, len(rollouts)),
+                    config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
+                    rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
+                    baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
+                    pg_method=config.pg_method,
+                    old_log_probs=log_probs["old_log_probs"] if needs_old else None,
+                    cliprange=config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None,
+                    loss_normalization=config.normalization, normalization_constant=constant,
+                    kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
+                    ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
+                    sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+                    temperature=config.temperature,
+                )
+            # The train step's statistics are per rank for rewards (equal row counts: mean of means).
+            # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
+            rows = float(len(rollouts)) * world_size / (config.prompts_per_step * config.group_size
+                                                        if kept_groups is None else kept_groups * config.group_size)
+            rewards = _reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
+            seconds = time.time() - step_start
+            generated_tokens = stats.pop("generated_tokens")
+            if kept_groups is not None:
+                stats["kept_groups"] = kept_groups
+            stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
+            record = {"step": step, **stats, **rewards,
+                      "token_entropy": float(metadata["token_entropy"]),
+                      **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
+                      "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
+                      "gradient_norm": float(metadata["gradient_norm"]),
+                      "loss": float(metadata["loss"]),
+                      "tokens_per_second": generated_tokens / seconds,
+                      "step_seconds": seconds}
+            if rank == 0 and config.eval_every and step % config.eval_every == 0 and step < config.steps:
+                record.update(held_out_accuracy(policy, tokenizer, config, task))
+            if rank == 0:
+                records.append(record)
+                if metrics_file:
+                    metrics_file.write(json.dumps(record) + "\n")
+                    metrics_file.flush()
+                bar.set_postfix(reward=f"{record['reward_mean']:.2f}", entropy=f"{record['token_entropy']:.2f}")
+    except KeyboardInterrupt:  # Ctrl-C: stop at once, and say what was done (`result_text`)
+        if metrics_file:
+            metrics_file.close()
+        return {"interrupted": True, "steps_done": len(records), "steps": config.steps,
+                "wall_seconds": time.time() - start} if rank == 0 else {}
 
     summary = {}
     if rank == 0:
@@ -362,6 +379,40 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
             plot_training_curves(records, before, out / "training_curves.png")
             torch.save({k: v.cpu() for k, v in policy.state_dict().items()}, out / "policy.pt")
     return summary
+
+
+RUN_FILE_ROLES = dict(zip(RUN_FILES, ("one record per step", "these numbers, the config and the machine",
+                                      "reward, accuracy, entropy and KL over the steps",
+                                      "the trained weights")))
+
+
+def result_text(summary: dict, out: Path | None) -> str:
+    """A run's result as its command line prints it: held-out accuracy before and after, the files
+    written and what to open next; or, for a run stopped by Ctrl-C, the steps done and what of
+    them `out` holds."""
+    seconds = f"{summary['wall_seconds']:.0f} s"
+    if summary.get("interrupted"):
+        lines = [f"interrupted (Ctrl-C) after {summary['steps_done']} of {summary['steps']} steps, "
+                 f"{seconds}: no final evaluation, no summary.json, plot or policy.pt"]
+        if out is not None and summary["steps_done"]:
+            lines.append(f"partial: {out / 'metrics.jsonl'} holds the {summary['steps_done']} steps "
+                         "done; a new run there needs --overwrite")
+        return "\n".join(lines)
+    origin = "the reference's stages" if summary["implementations"] == "reference" else "your stages"
+    rows = [("sampled at τ = 1", "accuracy"), ("greedy", "greedy_accuracy"),
+            ("format (sampled)", "format")]
+    lines = [f"GRPO: {summary['config']['steps']} steps in {seconds} with {origin}",
+             f"{'held-out answer accuracy':<28}{'before':<10}after"]
+    lines += [f"  {label:<24}  {summary[key + '_before']:.3f}  →  {summary[key + '_after']:.3f}"
+              for label, key in rows]
+    if out is None:
+        lines.append("nothing written: --out DIR keeps the metrics, the curves and the weights")
+        return "\n".join(lines)
+    lines.append(f"wrote {out}/")
+    lines += [f"  {name:<20} {role}" for name, role in RUN_FILE_ROLES.items()]
+    lines.append(f"next: open {out / 'training_curves.png'}; `python -m course.compare` trains the "
+                 "loss variants side by side")
+    return "\n".join(lines)
 
 
 def run_distributed(config: TrainConfig, out: Path | None, implementations: Implementations | None,

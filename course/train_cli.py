@@ -5,17 +5,17 @@ torch loads (`course.cli`); then the loop runs with the reference's stages or, w
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from course.cli import Parser, add_config_arguments
+from course.cli import INTERRUPTED, Parser, add_config_arguments, unwritable
 from course.paths import EDITION_MARKER, ROOT
 from course.progress import bars_drawn
 from course.registry import STAGE_NAMED, STAGE_OF
 from course.train_config import (
     CHOICES,
     FLAG_ALIASES,
+    RUN_FILES,
     ConfigError,
     TrainConfig,
     flag_types,
@@ -40,7 +40,19 @@ def edition_notebooks(missing: tuple[str, ...], root: Path = ROOT) -> Path:
     return folder
 
 
-def main(argv: list[str] | None = None) -> None:
+def out_problem(out: Path, overwrite: bool) -> str | None:
+    """Why a run cannot be written to `out` (None when it can): not a writable folder, or one that
+    holds a run already and no --overwrite."""
+    if problem := unwritable(out):
+        return problem
+    held = [name for name in RUN_FILES if (out / name).exists()]
+    if held and not overwrite:
+        return (f"{out} holds a run already ({', '.join(held)}): pass --overwrite to replace it, "
+                "or choose another folder")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
     """`python -m course.train`: check every flag, then import torch and train."""
     parser = Parser(
         prog="python -m course.train", description="End-to-end GRPO: the course's stages, "
@@ -49,13 +61,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
                              "(default: write nothing, print the summary)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run an --out folder already holds")
     parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
                         help="train with your own stages, read from the notebooks in DIR (stages "
                              "not written yet use the reference where it is available)")
     add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types(),
                          aliases=FLAG_ALIASES)
     args = vars(parser.parse_args(argv))
-    out, notebooks = args.pop("out"), args.pop("notebooks")
+    out, notebooks, overwrite = args.pop("out"), args.pop("notebooks"), args.pop("overwrite")
+    if out is not None and (problem := out_problem(out, overwrite)):
+        parser.error(f"argument --out: {problem}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     try:  # what no single flag decides: values that must fit together, and the world size
         validate(TrainConfig(**args), world_size)
@@ -87,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
         print(implementations.table())
         if problem := temperature_problem(implementations["grpo_train_step"]):
             parser.error(f"argument --temperature: {problem}")
-    summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
+    try:
+        summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
+    except ConfigError as error:  # what only the loaded model or task decides
+        parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
     if summary:
-        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+        print(loop.result_text(summary, out))
+    return INTERRUPTED if summary.get("interrupted") else 0

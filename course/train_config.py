@@ -6,6 +6,7 @@ before torch loads (`course.cli`); `course.train.train` runs the loop.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,18 +27,24 @@ from course.variants import (
 )
 
 WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
+# What `--out DIR` receives, in the order it is written.
+RUN_FILES = ("metrics.jsonl", "summary.json", "training_curves.png", "policy.pt")
 CHOICES = {"pg_method": PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
            "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS,
            "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
            "is_mode": IS_MODES}
-# The lowest value of each numeric option, and whether that value itself is allowed.
-LOWER_BOUNDS = {
+# More torch threads than cores only wait on each other; far more crash torch's thread pool.
+MAX_THREADS = os.cpu_count() or 1
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+# The lowest value of each numeric option, whether that value itself is allowed, and (where a value
+# too high crashes rather than merely runs long) the highest.
+BOUNDS = {
     "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
     "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
     "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
     "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
-    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True),
-    "threads": (0, True), "lora_rank": (0, True), "logits_chunk_size": (0, True),
+    "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True, MAX_SEED),
+    "threads": (0, True, MAX_THREADS), "lora_rank": (0, True), "logits_chunk_size": (0, True),
     "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True), "entropy_coef": (0, True),
 }
 
@@ -202,8 +209,8 @@ def validate(config: TrainConfig, world_size: int) -> None:
     for name, allowed in CHOICES.items():
         if getattr(config, name) not in allowed:
             raise ConfigError(name, f"must be one of {allowed}, got {getattr(config, name)!r}")
-    for name in LOWER_BOUNDS:
-        if problem := out_of_range(getattr(config, name), *LOWER_BOUNDS[name]):
+    for name in BOUNDS:
+        if problem := out_of_range(getattr(config, name), *BOUNDS[name]):
             raise ConfigError(name, problem)
     model_problem = model_source_problem(config.model, config.allow_download) if config.model else None
     for name, problem in (("device", device_problem(config.device)),
@@ -241,7 +248,7 @@ def temperature_problem(train_step) -> str | None:
 
 def flag_types(config_class=TrainConfig) -> dict:
     """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
-    return {**bounded_types(config_class, LOWER_BOUNDS), "device": flag_type(str, device_problem),
+    return {**bounded_types(config_class, BOUNDS), "device": flag_type(str, device_problem),
             "checkpoint": flag_type(str, checkpoint_problem), "kl_estimator": kl_estimator_flag}
 
 

@@ -18,6 +18,7 @@ takes two to three minutes on a 2-core CPU. The shipped checkpoint was made with
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -25,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course.cli import Parser, add_config_arguments, bounded_types
+from course.cli import Parser, add_config_arguments, bounded_types, unwritable
 from course.tasks import format_prompt, format_response, make_problems
 
 if TYPE_CHECKING:
@@ -63,11 +64,11 @@ class WarmStartConfig:
     rate, the snapshot at N is the checkpoint `--steps N` makes, so one run can pick a strength."""
 
 
-# The lowest value of each numeric field, and whether that value itself is allowed.
+# The lowest value of each numeric field, whether that value itself is allowed, and the highest.
 LOWER_BOUNDS = {
     "steps": (1, True), "batch_size": (1, True), "lr": (0, False), "max_grad_norm": (0, False),
-    "seed": (0, True), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
-    "eval_problems": (1, True), "threads": (1, True), "snapshot_every": (0, True),
+    "seed": (0, True, 2**63 - 1), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
+    "eval_problems": (1, True), "threads": (1, True, os.cpu_count() or 1), "snapshot_every": (0, True),
 }
 
 
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     add_config_arguments(parser, WarmStartConfig, types=bounded_types(WarmStartConfig, LOWER_BOUNDS))
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
+    if problem := unwritable(out):
+        parser.error(f"argument --out: {problem}")
     train_warm_start(WarmStartConfig(**args), out)
     print(f"saved to {out}")
 

@@ -1,6 +1,7 @@
 """Grade a whole class: `python -m instructor.batch DIR --jobs N --csv grades.csv`.
 
     python -m instructor.batch submissions/ --jobs 2 --csv grades.csv [--feedback OUT] [--regrade]
+                               [--copies flag|zero]
 
 Every entry of DIR is one student, named by the entry: a folder of notebooks (`alice/`), one
 notebook (`bob.ipynb`) or one .py file (`carol.py`). Each is graded officially (in the bubblewrap
@@ -24,6 +25,11 @@ hangs is stopped by the grader's time limits and costs only its own row; a gradi
 A grading that did not complete (the sandbox would not start, the time limit ran out, the grader
 failed) is no grade: its row says `incomplete` where the score would be, with no stage points, its
 feedback file says GRADING DID NOT COMPLETE and why, and the next run grades it again.
+
+Similar work is flagged for the instructor, never shown in a student's feedback: pairs of
+classmates (`instructor.classmates`: the `similar_to` column) and graded functions more similar to
+the reference than independent work (`similar_to_reference`), with the matched lines in
+`<csv>.similar.txt`. It costs points only with `--copies zero` (`autograder.trusted.reference`).
 """
 
 # ruff: noqa: E402  (nothing is imported before sys.path is made safe, below)
@@ -55,7 +61,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from autograder.options import Parser, memory_mb, positive_int, seconds
+from autograder.options import COPIES, COPIES_HELP, Parser, memory_mb, positive_int, seconds
+from course.cli import unwritable
 
 SUFFIXES = (".py", ".ipynb")
 MAX_PY_BYTES = 4 * 2**20  # one .py submission
@@ -71,7 +78,8 @@ def __getattr__(name: str):
     if name == "CSV_HEADER":
         from course.registry import STAGES
 
-        return ["student", "score", "max_score", *STAGES, "note", "similar_to"]
+        return ["student", "score", "max_score", *STAGES, "note", "similar_to",
+                "similar_to_reference"]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -83,7 +91,7 @@ def entries(folder: Path) -> dict[str, Path]:
     for path in sorted(folder.iterdir()):
         if path.name.startswith((".", "_")):
             continue
-        if path.suffix in SUFFIXES or (path.is_dir() and not path.is_symlink()):
+        if path.suffix in SUFFIXES or path.is_dir():  # a link to a folder too: its row says why
             name = path.name if path.suffix not in SUFFIXES else path.stem
             found[path.name if name in found else name] = path  # alice/ and alice.py: both kept
     return found
@@ -230,7 +238,7 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
     seed = secrets.randbelow(2**24) + 1000
     record = {"student": student, "entry": entry, "fingerprint": submission_digest(Path(entry)),
               "seed": seed, "score": 0.0, "max_score": 0.0, "isolation": "", "checks": [],
-              "problems": [], "note": "", "prints": {}}
+              "problems": [], "note": "", "prints": {}, "similarity": {}}
     private = tempfile.mkdtemp(prefix="batch-")  # only this student's files: no classmate in view
     try:
         files, notes = read_entry(Path(entry))
@@ -255,7 +263,8 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
                           p for p in [graded["load_failure"]] + graded["load_errors"] if p],
                       checks=[{k: c[k] for k in ("name", "stage", "score", "max_score", "status",
                                                  "output")} for c in checks],
-                      note="; ".join(notes), prints=graded_prints(target))
+                      prints=graded_prints(target), similarity=graded["similarity"])
+        record["note"] = short_note(record["problems"])
     except EntryProblem as exc:
         record.update(problems=[f"not graded: {exc}"], note=f"not graded: {exc}")
     except Exception as exc:  # the grader itself failed on this entry: its row says so
@@ -266,6 +275,13 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
     finally:
         shutil.rmtree(private, ignore_errors=True)
     return record
+
+
+def short_note(problems: list[str], shown: int = 3) -> str:
+    """The CSV's note: the first `shown` problems with the submission, and how many more the
+    feedback file lists; empty only for a submission read without a problem."""
+    more = len(problems) - shown
+    return "; ".join(problems[:shown]) + (f"; and {more} more in the feedback file" if more > 0 else "")
 
 
 # ---- the class ---------------------------------------------------------------------------------
@@ -281,6 +297,7 @@ def stage_scores(record: dict) -> dict[str, float]:
 
 def feedback(record: dict) -> str:
     """What a student reads: the total, each stage, and every check with its diagnosis."""
+    from autograder.trusted.grader import READ_PROBLEMS
     from autograder.trusted.report import escape
 
     out = io.StringIO()
@@ -296,7 +313,10 @@ def feedback(record: dict) -> str:
     for check in record["checks"]:
         mark = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[check["status"]]
         out.write(f"\n{mark} {check['score']:g}/{check['max_score']:g}  {check['name']}\n")
-        for line in escape(check["output"]).splitlines():
+        output, repeated, _ = check["output"].partition(READ_PROBLEMS)
+        if repeated:  # the reading problems of a missing name: the notes above list them once
+            output += " (see the notes above)"
+        for line in escape(output).splitlines():
             out.write(f"    {line}\n")
     return out.getvalue()
 
@@ -315,10 +335,19 @@ def write_text(path: Path, text: str) -> None:
     os.replace(handle.name, path)
 
 
+def reference_cell(record: dict) -> str:
+    """The CSV's flag of similarity to the reference: each flagged function, its share, the most
+    similar honest share, and whether `--copies zero` zeroed it (the evidence is in the report)."""
+    return "; ".join(f"{name} {found['share']:.0%} (honest work at most "
+                     f"{found['honest_max']:.0%}{', zeroed' if found['zeroed'] else ''})"
+                     for name, found in (record.get("similarity") or {}).items())
+
+
 def write_csv(path: Path, records: list[dict], similar: dict[str, str]) -> None:
-    """The grades: one row per student, with the note of an entry not (wholly) graded and the
-    classmates whose work is near-identical (`similar`: {student: text}); every text cell is
-    spreadsheet-safe. A grading that did not complete has no number that could be read as a grade."""
+    """The grades: one row per student, with the note of an entry not (wholly) graded, the
+    classmates whose work is near-identical (`similar`: {student: text}) and the graded functions
+    flagged as similar to the reference (`reference_cell`); every text cell is spreadsheet-safe.
+    A grading that did not complete has no number that could be read as a grade."""
     from autograder.trusted.report import escape
     from course.registry import STAGES
 
@@ -330,19 +359,21 @@ def write_csv(path: Path, records: list[dict], similar: dict[str, str]) -> None:
             writer.writerow([spreadsheet_safe(escape(record["student"])), "incomplete", "",
                              *("" for _ in STAGES),
                              spreadsheet_safe(escape("; ".join(record["incomplete"]))),
-                             spreadsheet_safe(similar.get(record["student"], ""))])
+                             spreadsheet_safe(similar.get(record["student"], "")), ""])
             continue
         stages = stage_scores(record)
         writer.writerow([spreadsheet_safe(escape(record["student"])), f"{record['score']:g}",
                          f"{record['max_score']:g}", *(f"{stages[s]:g}" for s in STAGES),
                          spreadsheet_safe(escape(record.get("note", ""))),
-                         spreadsheet_safe(similar.get(record["student"], ""))])
+                         spreadsheet_safe(similar.get(record["student"], "")),
+                         spreadsheet_safe(escape(reference_cell(record)))])
     write_text(path, out.getvalue())
 
 
 def similarity_report(records: list[dict]) -> tuple[dict[str, str], str]:
     """({student: "bob (2 functions)"}, the report text): pairs of students whose graded functions
-    are near-identical (`instructor.classmates`), for the instructor to review."""
+    are near-identical (`instructor.classmates`), and each student's functions flagged as similar
+    to the reference with their matched lines, for the instructor to review."""
     from autograder.trusted.report import escape
     from instructor.classmates import PAIR_FUNCTIONS, PAIR_THRESHOLD, similar_pairs
 
@@ -358,6 +389,17 @@ def similarity_report(records: list[dict]) -> tuple[dict[str, str], str]:
         lines.append(f"{escape(a)} and {escape(b)}: {shares}")
     if not pairs:
         lines.append("no such pair")
+    lines += ["", "Graded functions more similar to the reference than any independent "
+              "implementation measured (the reference's lines beside the student's). Evidence to "
+              "review, not a penalty, unless --copies zero says zeroed.", ""]
+    flagged = [r for r in records if r.get("similarity")]
+    for record in flagged:
+        lines.append(f"{escape(record['student'])}:")
+        for found in record["similarity"].values():
+            lines += [f"  {escape(line)}" for line in found["evidence"].split("\n")]
+            lines += ["  zeroed (--copies zero)"] if found["zeroed"] else []
+    if not flagged:
+        lines.append("no such function")
     return {s: "; ".join(v) for s, v in column.items()}, "\n".join(lines) + "\n"
 
 
@@ -454,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="wall-clock seconds one submission's whole grading may take")
     parser.add_argument("--memory-mb", type=memory_mb, default=4096,
                         help="address space (MiB) a submission may use beyond the grader's own libraries")
+    parser.add_argument("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     args = parser.parse_args(argv)
     if not args.dir.is_dir():
         parser.error(f"DIR {args.dir}: no such folder")
@@ -466,9 +509,18 @@ def main(argv: list[str] | None = None) -> int:
             if handle.readline().strip() != ",".join(__getattr__("CSV_HEADER")):
                 parser.error(f"--csv {args.csv} exists and was not written by this command: "
                              "choose another name (nothing was overwritten)")
+    if problem := unwritable(args.csv, folder=False):
+        parser.error(f"argument --csv: {problem}")
     feedback_dir = args.feedback or args.csv.with_name(args.csv.name + ".feedback")
     if feedback_dir.exists() and not feedback_dir.is_dir():
         parser.error(f"--feedback {feedback_dir} is a file, not a folder")
+    if problem := unwritable(feedback_dir):
+        parser.error(f"argument --feedback: {problem}")
+    cores = len(os.sched_getaffinity(0))
+    if args.jobs > cores:  # more would only queue for the cores, each holding a sandbox's memory
+        print(f"--jobs {args.jobs} is more than the {cores} cores this process may use: grading "
+              f"{cores} at once", file=sys.stderr)
+        args.jobs = cores
     if not entries(args.dir):
         parser.error(f"DIR {args.dir} holds no submission (a folder, .ipynb or .py per student)")
     from autograder.trusted.isolation import sandbox_problem
@@ -480,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 4
     options = {"probe_timeout": args.probe_timeout, "time_limit": args.time_limit,
-               "memory_mb": args.memory_mb}
+               "memory_mb": args.memory_mb, "copies": args.copies}
     try:
         records = grade_class(args.dir, args.csv, feedback_dir, args.jobs, args.regrade, options)
     except KeyboardInterrupt:

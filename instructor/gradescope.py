@@ -22,7 +22,8 @@ import zipfile
 from pathlib import Path
 
 from autograder.gradescope import GRADESCOPE_CPUS, GRADESCOPE_MEMORY
-from autograder.options import Parser, number
+from autograder.options import COPIES, COPIES_HELP, Parser, number
+from course.cli import unwritable
 from course.paths import ROOT
 
 PACKAGES = ("autograder", "course")  # the grader and the reference, nothing else of the project
@@ -96,12 +97,16 @@ def bundle_files(root: Path = ROOT) -> list[tuple[Path, str]]:
     return files
 
 
-def build(out: Path, root: Path = ROOT, allow_reference: bool = False) -> list[str]:
+def build(out: Path, root: Path = ROOT, allow_reference: bool = False,
+          copies: str = "flag") -> list[str]:
     """Write the bundle to `out`; returns the names it holds. `allow_reference`: a bundle that
-    lets copies of the reference earn points, to check the solution notebooks on Gradescope."""
+    lets copies of the reference earn points, to check the solution notebooks on Gradescope.
+    `copies`: what similarity to the reference does in its gradings (`--copies` of `pytest
+    autograder`: "flag", or "zero" above each function's calibrated threshold)."""
     needs = requirements()
     torch = next(r for r in needs if re.match(r"torch\b", r))
-    flags = " --allow-reference" if allow_reference else ""
+    flags = (" --allow-reference" if allow_reference else "") + \
+        (f" --copies {copies}" if copies != "flag" else "")
     generated = {"run_autograder": RUN_AUTOGRADER.replace("{flags}", flags), "setup.sh": SETUP_SH.format(torch=torch),
                  "requirements.txt": "".join(f"{r}\n" for r in needs if r != torch),
                  "pytest.ini": PYTEST_INI}
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-reference", action="store_true",
                         help="copies of the reference earn points: a bundle to check the solution "
                              "notebooks with (Gradescope's Test Autograder), never to grade students")
+    parser.add_argument("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     parser.add_argument("--base-image", default="grpo-base:bookworm",
                         help="rehearse: the local image Gradescope's base stands for")
     parser.add_argument("--memory", default="768m", type=docker_size,
@@ -164,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--out {args.out} exists: pass --force to replace it, or choose another name")
     if not args.out.parent.is_dir():
         parser.error(f"--out {args.out}: no such folder {args.out.parent}")
-    names = build(args.out, allow_reference=args.allow_reference)
+    if problem := unwritable(args.out, folder=False):
+        parser.error(f"argument --out: {problem}")
+    names = build(args.out, allow_reference=args.allow_reference, copies=args.copies)
     if args.allow_reference:
         print(f"wrote {args.out} ({len(names)} files): a CHECK BUNDLE (--allow-reference): pasted "
               "copies of the reference EARN POINTS with it. NOT FOR GRADING STUDENTS: use it only "

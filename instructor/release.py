@@ -22,11 +22,12 @@ The notebooks come from the real nbgrader (`instructor.nbgrader_release`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
 
-from course.cli import Parser
+from course.cli import Parser, unwritable
 from course.paths import ROOT, SOLUTIONS
 from instructor.manifest import EditedNotebooks, write_notebooks
 from instructor.mistakes import stale_notebooks, write_sections
@@ -70,6 +71,15 @@ def _student_edition(parser: argparse.ArgumentParser, args) -> int:
     return 0
 
 
+def _written_folder(args) -> tuple[str, Path] | None:
+    """(flag, folder): where this mode writes, checked before any work; None for --check."""
+    if args.html is not None:
+        return "--html", args.html
+    if args.student_edition is not None:
+        return "--student-edition", args.student_edition
+    return None if args.check else ("--notebooks", args.notebooks)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m instructor.release", description=__doc__.splitlines()[0])
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS)
@@ -89,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="overwrite notebooks edited since the last release (with --html: "
                              "existing pages)")
     args = parser.parse_args(argv)
+    if (written := _written_folder(args)) and (problem := unwritable(written[1])):
+        parser.error(f"argument {written[0]}: {problem}")
+    if args.html is None and importlib.util.find_spec("nbgrader") is None:
+        parser.error("the release runs nbgrader, which is not installed: pip install -e \".[instructor]\"")
     if args.only and args.html is None:
         parser.error("--only goes with --html")
     if args.student_edition is not None:

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from skip_notes import tier2_note
 
 from course.models import build_tiny_model_and_tokenizer, build_tokenizer
 
@@ -71,3 +72,12 @@ def pytest_collection_modifyitems(config, items):
         if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
             item.add_marker(pytest.mark.slow)
     items.sort(key=_rank)  # stable: each module keeps its own order
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons = [str(report.longrepr[2]) for report in skipped if isinstance(report.longrepr, tuple)]
+    if lines := tier2_note(reasons):
+        terminalreporter.section("tier 2 of the sandbox")
+        for line in lines:
+            terminalreporter.write_line(line)

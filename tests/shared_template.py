@@ -52,14 +52,16 @@ class SharedTemplates:
     grading and reused by the next; ends them all on exit. A template shows none of a submission's
     folders, which fits notebooks and .py files (an importable module's grading starts its own:
     `Grader` closes a template that does not fit). `memory_mb` and `tier` (an `isolation=` value)
-    are the templates', so every grading's.
+    are the templates', so every grading's, and so is `device` (benchmarks/gpu_check.py grades the
+    mutants on CUDA).
 
     A template dies with the thread that started it (`PR_SET_PDEATHSIG`, so that it never outlives
     its grader): `grade_all` grades on this object's own threads, which live as long as it does;
     a thread that calls `grade` itself must outlive the gradings that follow."""
 
-    def __init__(self, memory_mb: int = 6144, tier: str | None = None, threads: int = 2):
-        self.memory_mb, self.tier = memory_mb, tier
+    def __init__(self, memory_mb: int = 6144, tier: str | None = None, threads: int = 2,
+                 device: str = "cpu"):
+        self.memory_mb, self.tier, self.device = memory_mb, tier, device
         self.all: list[SharedTemplate] = []
         self.free: list[SharedTemplate] = []
         self.lock = threading.Lock()
@@ -76,10 +78,11 @@ class SharedTemplates:
             raise ValueError(f"memory_mb={kwargs['memory_mb']}: these templates hold "
                              f"{self.memory_mb} MB")
         kwargs.setdefault("isolation", self.tier or "auto")
+        kwargs.setdefault("device", self.device)
         with self.lock:
             template = self.free.pop() if self.free else None
         if template is None:
-            template = SharedTemplate(ROOT, "cpu", self.memory_mb, isolated=True,
+            template = SharedTemplate(ROOT, self.device, self.memory_mb, isolated=True,
                                       tier=isolation_tier(ROOT, kwargs["isolation"])[0])
             with self.lock:
                 self.all.append(template)

@@ -18,6 +18,7 @@ import pytest
 from shared_template import SharedTemplates
 
 from autograder.api import grade
+from autograder.trusted.reference import THRESHOLDS
 from course.registry import GRADED_FUNCTIONS
 
 pytestmark = pytest.mark.slow  # each grading starts a worker (~4 s); about 2 min for the module (2 cores)
@@ -32,6 +33,7 @@ MUTANTS = {
     "padding_in_mask": ("tokenize_prompt_and_output", "values match", "padding in the mask"),
     "unshifted_mask": ("tokenize_prompt_and_output", "values match", "not shifted with the labels"),
     "pad_with_eos": ("tokenize_prompt_and_output", "values match", "padding with eos"),
+    "joint_encoding": ("tokenize_prompt_and_output", "values match", "encoded together as one string"),
     "entropy_log2": ("compute_entropy", "values match", "log base 2"),
     "entropy_no_minus": ("compute_entropy", "values match", "without the minus sign"),
     "naive_entropy": ("compute_entropy", "stable for large logits", "logsumexp"),
@@ -97,6 +99,9 @@ MUTANTS = {
     "non_finite_step_skipped": ("grpo_train_step", "non-finite loss raises", "gave no error"),
     # padding that holds nan/inf must not reach the loss
     "padding_leaks_nan": ("aggregate_loss_across_microbatch", "masked positions never leak", "leaks them"),
+    # an empty response's 0/0 is not a leak: the diagnosis names the division
+    "empty_row_zero_over_zero": ("aggregate_loss_across_microbatch", "masked positions never leak",
+                                 "divides 0 by its count of 0"),
     # constants that satisfy a property check are paid nothing without their value check
     "tis_zeros": ("truncated_importance_weights", "carry no gradient", "paid only when"),
     "train_step_no_update": ("grpo_train_step", "leaves no gradients behind", "paid only when"),
@@ -277,6 +282,25 @@ def test_a_wrong_denominator_is_not_called_a_leak(mutant_grades):
     assert "multiplying by the mask" not in leak[0]["output"]
 
 
+def test_an_empty_response_divided_by_zero_is_not_called_a_leak(mutant_grades):
+    """Code that selects with torch.where leaks nothing; its nan is the empty row's 0/0, and both
+    the sequence check and the leak check say so, never "multiplying by the mask"."""
+    results = mutant_grades["empty_row_zero_over_zero"]["results"]
+    failed = {name: r["output"] for name, r in results.items() if r["status"] == "failed"}
+    assert len(failed) == 2 and all("0/0" in output for output in failed.values()), failed
+    assert not any("multiplying by the mask" in output for output in failed.values()), failed
+
+
+def test_the_given_chunked_head_alone_earns_nothing(mutant_grades):
+    """A get_response_log_probs that is all given code (the chunked head, for the plain path too)
+    earns none of the function's points: the chunked checks pay only beside a plain path of the
+    student's own."""
+    graded = mutant_grades["plain_path_uses_chunked_head"]
+    assert graded["score"] == 0, {n: r["output"] for n, r in graded["results"].items()}
+    chunked = [r["output"] for n, r in graded["results"].items() if "chunked" in n]
+    assert len(chunked) == 2 and all("plain path of your own" in o for o in chunked), chunked
+
+
 def test_chunk_without_recomputation_loses_exactly_the_memory_check(mutant_grades):
     """The saved-bytes check is the only one a chunked head that keeps every chunk's logits fails
     (its values are right): one point, with the fix named (tests/test_memory_check.py counts the
@@ -399,22 +423,25 @@ def test_dropped_conftest_and_edited_grader_do_not_survive_into_the_next_run(tmp
 
 def test_solution_notebooks_are_the_reference_and_release_notebooks_zero(templates):
     """The real notebooks: read (not run) from solutions/ and notebooks/ (nbgrader release)."""
-    graded = _grade_all({"solutions": ((str(ROOT / "solutions"),), {}),
+    graded = _grade_all({"solutions": ((str(ROOT / "solutions"),), {"copies": "zero"}),
                          "checked": ((str(ROOT / "solutions"),), {"allow_reference": True}),
                          "notebooks": ((str(ROOT / "notebooks"),), {})}, templates)
     solutions, checked, release = graded["solutions"], graded["checked"], graded["notebooks"]
     # solutions/ holds the course's own functions (tests/test_one_implementation.py): read as a
-    # student's submission, every graded function is a pasted copy of the reference and earns
-    # nothing (a leaked solution notebook is caught); an instructor's check (--allow-reference)
-    # gives them full marks.
+    # student's submission under --copies zero, every graded function with a threshold is a
+    # pasted copy of the reference and earns nothing (a leaked solution notebook is caught); the
+    # dictated ones (the natural tokenizer is the reference's; tests/test_copies.py) keep theirs;
+    # an instructor's check (--allow-reference) gives them full marks.
+    zeroed = {name for name, threshold in THRESHOLDS.items() if threshold is not None}
     failed = {n: r["output"] for n, r in solutions["results"].items() if r["status"] == "failed"}
-    assert solutions["score"] == 0 and len(failed) == len(solutions["results"]) - \
-        sum(r["status"] == "skipped" for r in solutions["results"].values())
+    assert {n.split(":")[0] for n in failed} == zeroed, failed
     assert all("is a copy of the reference" in output for output in failed.values()), failed
+    assert set(solutions["similarity"]) == set(GRADED_FUNCTIONS) - {"tokenize_prompt_and_output"}
     functions = {name.split(":")[0] for name in solutions["results"]}
-    assert functions == set(GRADED_FUNCTIONS), set(GRADED_FUNCTIONS) ^ functions  # each one, flagged
+    assert functions == set(GRADED_FUNCTIONS), set(GRADED_FUNCTIONS) ^ functions  # each one, graded
     lost = {n: r["output"][:300] for n, r in checked["results"].items() if r["status"] == "failed"}
     assert checked["score"] == checked["max_score"] > 50, lost
     assert "--allow-reference" in checked["isolation"]
     assert release["score"] == 0 and release["max_score"] == solutions["max_score"]
+    assert not checked["similarity"] and not release["similarity"]
     assert not solutions["load_failure"] and not release["load_failure"]

@@ -79,14 +79,20 @@ def test_a_class_gets_one_right_row_per_student_and_a_rerun_grades_nothing_again
     assert maximum > 0
     assert float(rows["felix"]["score"]) == maximum
     assert sum(float(rows["felix"][stage]) for stage in STAGES) == maximum
-    # ada handed in the solution notebooks, which hold the reference: pasted copies earn nothing
-    for student in ("ada", "blaise", "carl", "dora", "emmy"):
+    # ada handed in the solution notebooks, which hold the reference: they earn their points, and
+    # the instructor (not ada) sees them flagged, with the matched lines in the report
+    assert float(rows["ada"]["score"]) == maximum
+    assert "compute_entropy 100% (honest work at most 27%)" in rows["ada"]["similar_to_reference"]
+    assert all(not rows[s]["similar_to_reference"] for s in rows if s != "ada")
+    report = (tmp_path / "grades.csv.similar.txt").read_text()
+    assert "ada:\n  compute_entropy: `compute_entropy` holds 100%" in report and " | " in report
+    for student in ("blaise", "carl", "dora", "emmy"):
         assert float(rows[student]["score"]) == 0, student
         assert float(rows[student]["max_score"]) == maximum, student  # graded, not skipped
     feedback = {p.stem: p.read_text() for p in (tmp_path / "grades.csv.feedback").glob("*.txt")}
     assert sorted(feedback) == sorted(rows)
     assert "isolated" in feedback["felix"] and feedback["felix"].count("PASS") > 20
-    assert "is a copy of the reference" in feedback["ada"]
+    assert "fingerprints" not in feedback["ada"] and "SIMILAR" not in feedback["ada"]
     assert "timed out" in feedback["dora"]
     assert "only calls the reference" in feedback["emmy"]
     assert "01_tokenization.ipynb" in feedback["carl"]
@@ -150,6 +156,7 @@ def test_an_interrupted_run_resumes_and_regrade_grades_again(tmp_path):
     (["{dir}", "--csv", "{tmp}/foreign.csv"], "--csv"),
     (["{dir}", "--csv", "{tmp}/g.csv", "--feedback", "{tmp}/foreign.csv"], "--feedback"),
     (["{tmp}/empty", "--csv", "{tmp}/g.csv"], "DIR"),
+    (["{dir}", "--csv", "{tmp}/g.csv", "--copies", "all"], "--copies"),
 ])
 def test_bad_flags_are_usage_errors_naming_the_flag(tmp_path, capsys, argv, flag):
     (tmp_path / "class" / "ada").mkdir(parents=True)
@@ -161,6 +168,26 @@ def test_bad_flags_are_usage_errors_naming_the_flag(tmp_path, capsys, argv, flag
     assert exit_info.value.code == 2
     assert flag in capsys.readouterr().err
     assert (tmp_path / "foreign.csv").read_text() == "name,grade\nada,A\n"  # nothing lost
+
+
+def test_a_flag_of_similarity_to_the_reference_reaches_the_csv_and_the_report(tmp_path):
+    """A record as a grading under --copies zero leaves it: the CSV names the function, its share
+    and the honest maximum, and says zeroed; the report holds the matched lines."""
+    from near_copies import near_copy_source
+
+    from autograder.trusted.reference import authorship
+    from instructor.batch import similarity_report, write_csv
+
+    found = authorship([near_copy_source("estimate_kl", "all three")])[1]["estimate_kl"]
+    record = {"student": "zed", "score": 0.0, "max_score": 3.0, "checks": [], "note": "",
+              "similarity": {"estimate_kl": {"share": found.share, "honest_max": found.honest_max,
+                                             "zeroed": True, "evidence": found.text()}}}
+    similar, report = similarity_report([record])
+    write_csv(tmp_path / "g.csv", [record], similar)
+    assert _rows(tmp_path / "g.csv")["zed"]["similar_to_reference"] == \
+        "estimate_kl 100% (honest work at most 23%, zeroed)"
+    assert "zed:\n  estimate_kl: `estimate_kl` holds 100%" in report
+    assert "zeroed (--copies zero)" in report and " | " in report
 
 
 def test_entries_fingerprints_and_cells(tmp_path):

@@ -35,7 +35,7 @@ def run_main(module: str, *argv: str) -> subprocess.CompletedProcess:
      "argument --gradient-accumulation-steps: (5) must be at most the 4 rollouts"),
     ("course.train", ["--stepz", "3"], "unrecognized arguments: --stepz 3"),
     ("course.compare", ["--eval-problems", "0"], "argument --eval-problems: must be >= 1, got 0"),
-    ("course.compare", ["--seeds", "-1"], "--seeds must be non-negative"),
+    ("course.compare", ["--seeds", "-1"], "argument --seeds: must be >= 0, got -1"),
     ("course.warm_start", ["--lr", "0"], "argument --lr: must be > 0, got 0.0"),
     ("course.warm_start", ["--threads", "x"], "argument --threads: expected int, got 'x'"),
     ("course.reference_run", ["--out", "/no/such/folder/run.json"], "argument --out: /no/such/folder is not"),

@@ -193,7 +193,7 @@ def test_an_existing_recording_is_kept_without_force(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "file")])
-    assert "is not a folder" in capsys.readouterr().err
+    assert "is a file, not a folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["no_baseline", "per_micro_batch", "hackable_reward"])

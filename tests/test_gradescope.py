@@ -138,8 +138,9 @@ def _layout(root: Path, bundle: Path, files: list[Path]) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(bool(sandbox_problem(ROOT)), reason="an official grade needs bubblewrap")
 def test_run_autograder_grades_officially_in_the_gradescope_layout(bundle, tmp_path):
-    # the solution notebooks hold the reference itself: a student's bundle grades them as pasted
-    # copies; the instructor's check bundle (--allow-reference) gives them full marks
+    # the solution notebooks hold the reference itself: a student's bundle grades them and flags
+    # their similarity in a test hidden from students; the instructor's check bundle
+    # (--allow-reference) gives them full marks without a flag
     check_bundle = tmp_path / "check.zip"
     build(check_bundle, allow_reference=True)
     submissions = {
@@ -165,7 +166,10 @@ def test_run_autograder_grades_officially_in_the_gradescope_layout(bundle, tmp_p
     assert maximum > 0 and results["solutions"]["score"] == maximum, results["solutions"]
     assert results["blank"]["score"] == 0
     pasted = results["solutions_in_a_students_bundle"]
-    assert pasted["score"] == 0 and "copy of the reference" in json.dumps(pasted["tests"])
+    (flag,) = [t for t in pasted["tests"] if t["visibility"] == "hidden"]
+    assert pasted["score"] == maximum and "SIMILAR TO THE REFERENCE" in flag["name"]
+    assert "holds 100% of the reference's fingerprints" in flag["output"]
+    assert pasted["extra_data"]["similarity"] and not results["solutions"]["extra_data"]["similarity"]
     assert "--allow-reference" in results["solutions"]["output"]
     assert "--allow-reference" not in pasted["output"]
     assert results["attack"]["score"] == 0
@@ -315,8 +319,9 @@ def test_a_batch_row_of_an_incomplete_grading_is_no_grade(tmp_path):
     header, row = (line.split(",") for line in (tmp_path / "grades.csv").read_text().splitlines())
     cells = dict(zip(header, row))
     assert row[:3] == ["dana", "incomplete", ""]  # no number at all
-    assert {cells[stage] for stage in header[3:-2]} == {""}
+    assert {cells[stage] for stage in header[3:-3]} == {""}
     assert cells["note"] == "it ran past its time limit of 600 s" and cells["similar_to"] == ""
+    assert cells["similar_to_reference"] == ""
     text = feedback(record)
     assert "GRADING DID NOT COMPLETE: this is not your score" in text and "12" not in text
 
@@ -380,6 +385,15 @@ def test_the_check_bundle_says_it_is_not_for_students(tmp_path, capsys):
     assert "NOT FOR GRADING STUDENTS" in said and "upload it as the assignment's autograder" not in said
     with zipfile.ZipFile(tmp_path / "check.zip") as archive:
         assert "--allow-reference" in archive.read("run_autograder").decode()
+
+
+def test_a_bundle_built_with_copies_zero_grades_with_it(tmp_path):
+    assert main(["--out", str(tmp_path / "strict.zip"), "--copies", "zero"]) == 0
+    assert main(["--out", str(tmp_path / "default.zip")]) == 0
+    with zipfile.ZipFile(tmp_path / "strict.zip") as strict, \
+            zipfile.ZipFile(tmp_path / "default.zip") as default:
+        assert "--copies zero" in strict.read("run_autograder").decode()
+        assert "--copies" not in default.read("run_autograder").decode()
 
 
 # ---- reading the submission ---------------------------------------------------------------

@@ -229,10 +229,11 @@ def red_team(request) -> dict:
             with SharedTemplates(GRADING["memory_mb"], tier) as templates:
                 # the stage-apart attacks relay the reference with exec, which the copy rule
                 # alone zeroes: they are graded with copies allowed, so that what stops them is
-                # isolation
+                # isolation; the others under --copies zero, where a pasted copy earns nothing
                 graded = templates.grade_all({entry.name: (
                     (str(submitted(entry)), read_header(entry)["functions"]),
-                    {"official": True, "allow_reference": entry.name.startswith("stages_"), **GRADING})
+                    {"official": True, "allow_reference": entry.name.startswith("stages_"),
+                     "copies": "zero", **GRADING})
                     for entry in ENTRIES})
         elapsed = time.monotonic() - started
     finally:

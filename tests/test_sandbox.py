@@ -258,17 +258,23 @@ def test_logs_are_read_through_the_graders_own_descriptor_tail_only_never_blocki
 
 def test_pasted_copies_are_caught_and_independent_work_is_not():
     from autograder.trusted.grader import _sources
-    from autograder.trusted.reference import COURSE_DIR, copied_references
-    from course.registry import GRADED_FUNCTIONS
+    from autograder.trusted.reference import COURSE_DIR, THRESHOLDS, copied_references
+    from course.registry import GRADED_FUNCTIONS, HOME_MODULES
     from course.submission import load_submission
 
-    whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]
+    zeroed = {name for name, threshold in THRESHOLDS.items() if threshold is not None}
+    whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]  # reflection: refused
     assert set(copied_references(whole_reference)) == set(GRADED_FUNCTIONS)
+    graded_modules = [(COURSE_DIR / f"{module.split('.')[1]}.py").read_text()
+                      for module in set(HOME_MODULES.values())]
+    assert copied_references(graded_modules) == {}  # the default flags, and costs nothing
+    assert set(copied_references(graded_modules, "zero")) == zeroed
     # the solution cells are the course functions themselves (tests/test_one_implementation.py)
-    assert set(copied_references(_sources(load_submission("solutions", ROOT)))) == set(GRADED_FUNCTIONS)
+    assert set(copied_references(_sources(load_submission("solutions", ROOT)), "zero")) == zeroed
     for independent in ("tests/autograder_cases/alt_full.py",
                         "tests/autograder_cases/alt_loops.py"):
-        assert copied_references(_sources(load_submission(independent, ROOT))) == {}, independent
+        assert copied_references(_sources(load_submission(independent, ROOT)), "zero") == {}, \
+            independent
 
 
 @needs_sandbox

@@ -23,7 +23,7 @@ import pytest
 from nbclient import NotebookClient
 from test_notebooks import shorten_notebook_08
 
-from autograder.trusted.reference import COPY_THRESHOLD, reference_prints
+from autograder.trusted.reference import FLAG_AT, reference_prints
 from autograder.trusted.similarity import containment, kgrams, tokens
 from course.paths import ROOT as REPO_ROOT
 from course.reference_run import RECORDED
@@ -146,7 +146,7 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
             if isinstance(node, ast.FunctionDef):
                 for name in UNREVEALED:
                     share = containment(prints[name], set(kgrams(tokens(node))))
-                    assert share < COPY_THRESHOLD, f"{where}: {node.name} is the reference {name}"
+                    assert share < FLAG_AT, f"{where}: {node.name} is the reference {name}"
     blobs = {path: path.read_bytes() for path in edition.rglob("*") if path.is_file()}  # never unpickled
     for name in UNREVEALED:
         lines = _distinctive_lines(name)
@@ -184,7 +184,7 @@ def test_the_copy_detector_ships_salted_hashes_and_still_catches_a_pasted_refere
     pasted = ast.unparse(_reference_definition("estimate_kl")).replace("delta", "gap")
     caught = subprocess.run(
         [sys.executable, "-c", "import sys; from autograder.trusted.reference import copied_references; "
-                               "print(sorted(copied_references([sys.stdin.read()])))"],
+                               "print(sorted(copied_references([sys.stdin.read()], 'zero')))"],
         input=pasted, cwd=edition, env={**os.environ, "PYTHONPATH": str(edition)},
         capture_output=True, text=True, check=True)
     assert caught.stdout.strip() == "['estimate_kl']"

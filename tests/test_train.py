@@ -20,6 +20,7 @@ from course.train import (
     train,
 )
 from course.train_cli import main
+from course.train_config import RUN_FILES
 from course.variants import LOSS_NORMALIZATIONS, PG_METHODS
 from course.warm_start import WarmStartConfig, train_warm_start
 
@@ -80,7 +81,11 @@ def test_cli_writes_metrics_summary_and_plot(tmp_path, capsys):
         assert 0 <= summary[key] and (key == "wall_seconds" or summary[key] <= 1)
     assert summary["config"]["seed"] == 3 and summary["config"]["steps"] == 2
     assert (tmp_path / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert '"accuracy_after"' in capsys.readouterr().out
+    printed = capsys.readouterr().out  # a result to read, not the JSON
+    assert f"{summary['accuracy_before']:.3f}  →  {summary['accuracy_after']:.3f}" in printed
+    assert f"{summary['greedy_accuracy_before']:.3f}  →  {summary['greedy_accuracy_after']:.3f}" in printed
+    assert all(f"  {name} " in printed for name in RUN_FILES) and "{" not in printed
+    assert f"next: open {tmp_path / 'training_curves.png'}" in printed
 
 
 def test_help_explains_every_option(capsys):

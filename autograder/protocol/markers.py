@@ -24,6 +24,12 @@ def model_marker(seed: int = 0, dtype: str = "float64", vocab_size: int | None =
 
 
 TOKENIZER = {"__object__": "tokenizer"}
+# A byte-level BPE tokenizer trained here, in memory, on the texts below: it merges across the end
+# of a prompt that stops at a space or mid-number ("Answer: " + "42" encodes " 42" together), as
+# real BPE tokenizers do, where the character-level one cannot show the difference.
+BPE_TOKENIZER = {"__object__": "bpe_tokenizer"}
+BPE_TEXTS = ("Question: what is 12+30? Answer: 42", "the answer is 42", "Assistant: the answer",
+             "<think>add</think> <answer>42</answer>")
 REWARD_FN = {"__object__": "reward_fn"}
 
 
@@ -51,6 +57,17 @@ def build_tokenizer():
         from course.models import build_tokenizer as build
         _tokenizer = build()
     return _tokenizer
+
+
+_bpe_tokenizer = None
+
+
+def build_bpe_tokenizer():
+    global _bpe_tokenizer
+    if _bpe_tokenizer is None:
+        from course.tiny_hf import build_bpe_tokenizer as build
+        _bpe_tokenizer = build(list(BPE_TEXTS) * 3, vocab_size=160)
+    return _bpe_tokenizer
 
 
 # The graded functions whose checks send a model marker. A grading that checks none of them starts
@@ -86,6 +103,8 @@ def resolve(value, device: str = "cpu"):
             return build_model(value["seed"], value["dtype"], device, value.get("vocab_size"))
         if kind == "tokenizer":
             return build_tokenizer()
+        if kind == "bpe_tokenizer":
+            return build_bpe_tokenizer()
         if kind == "reward_fn":
             return reward_fn
         if kind == "config":

@@ -28,9 +28,17 @@ from autograder.options import DEFAULT_OPTIONS, GradingOptions
 from autograder.protocol.helpers import servable
 from autograder.protocol.markers import MODEL_FUNCTIONS
 from autograder.trusted import core
-from autograder.trusted.core import CASES, STORED_ONLY, Fail, NeedsReference, describe_error
+from autograder.trusted.core import (
+    CASES,
+    STORED_ONLY,
+    Fail,
+    NeedsReference,
+    describe_error,
+    plain_problem,
+)
 from autograder.trusted.isolation import isolation_tier
-from autograder.trusted.reference import copied_references, course_sources
+from autograder.trusted.reference import authorship, course_sources
+from autograder.trusted.report import SIMILARITY_TITLE, similarity_lines
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
 from course.parsing import parse
@@ -50,6 +58,8 @@ STATUS_MESSAGES = {
     "delegated": ("{fn} only calls the reference `course.{fn}`: write your own implementation "
                   "(calling the reference functions of earlier stages is fine)"),
 }
+# after "missing": why the name may be missing (a report that lists them once cuts it here)
+READ_PROBLEMS = " (problems while reading the submission: "
 
 
 def _unread_reason(function: str, response: dict, ready) -> str:
@@ -200,9 +210,9 @@ START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the 
 class Grader:
     def __init__(self, submission: Submission | None, options: GradingOptions = DEFAULT_OPTIONS,
                  runner=None, sandbox: Sandbox | None = None, started_at: float | None = None):
-        """`options`: how this grading runs (`autograder.options.GradingOptions`): a pasted copy
-        of the reference earns its points only with `allow_reference`; where the `isolation` asked
-        for does not hold, a practice grade, never another tier.
+        """`options`: how this grading runs (`autograder.options.GradingOptions`): similarity to
+        the reference is flagged (`similar`), and costs points only with `copies="zero"`; where
+        the `isolation` asked for does not hold, a practice grade, never another tier.
         `runner`: where the submission runs when it is not a sandbox (`autograder.selfcheck`'s
         InProcessRunner, the notebook's own kernel: a practice grade); None: a sandbox.
         `sandbox`: a template started ahead for this grading alone (batch grading starts the
@@ -231,6 +241,7 @@ class Grader:
         # modules served to it, as its stage children reported them: evidence to read like its
         # files (the grade itself never runs code it did not read: `_unread_reason`)
         self.captured: list[tuple[str, str]] = []
+        self.similar: dict = {}  # graded function -> `reference.Evidence` of its similarity
         self.practice: str | None = None  # why this grade is only a practice grade
         self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
         if self.in_process:
@@ -252,10 +263,12 @@ class Grader:
             self.runner = sandbox if fits else Sandbox(
                 ROOT, device, memory_mb, isolated=self.practice is None,
                 visible=_visible_paths(submission), tier=self.isolation_tier)
-            self.copied = {} if options.allow_reference else copied_references(_sources(submission))
+            if not options.allow_reference:
+                self.copied, self.similar = authorship(_sources(submission), options.copies)
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
+        self.near: set[str] = set()  # value checks failed by a near miss only: their gates stay open
         self.case_cache: dict[str, list] = {}
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
@@ -271,7 +284,10 @@ class Grader:
                     f"{OFFICIAL_ELSEWHERE}. " + note)
         if self.allow_reference:
             return ("NOT A STUDENT'S GRADE (--allow-reference, an instructor's check of the "
-                    "solutions): copies of the reference earn points. " + note)
+                    "solutions): copies of the reference earn points and are not flagged. " + note)
+        if self.options.copies == "zero":
+            note = ("--copies zero: a graded function more similar to its reference than its "
+                    "threshold (calibrated on independent implementations) earns nothing. " + note)
         return note
 
     def _isolation(self) -> str:
@@ -421,7 +437,8 @@ class Grader:
         if status in STATUS_MESSAGES:
             message_text = STATUS_MESSAGES[status].format(fn=function)
             if status == "missing" and self.load_errors:
-                message_text += " (problems while reading the submission: " + "; ".join(self.load_errors[:3]) + ")"
+                message_text += (f"{READ_PROBLEMS}"
+                                 + "; ".join(map(plain_problem, self.load_errors[:3])) + ")")
             raise Fail(message_text)
         return response
 
@@ -464,7 +481,7 @@ class Grader:
             gate_score, gate_output = self._judge(core.CHECK_NAMED[check.gate])
             if gate_score is None:
                 score, output = None, f"skipped: paid only with '{check.gate}', which is skipped"
-            elif gate_score == 0:
+            elif gate_score == 0 and check.gate not in self.near:
                 note = f"paid only when '{check.gate}' passes"
                 output = (f"this check passes, but it is {note}, and that check failed: {gate_output}"
                           if score else f"{output} ({note})")
@@ -483,6 +500,8 @@ class Grader:
                 self.verdicts[check.name] = (None, f"skipped: {exc}")
             except Fail as exc:
                 self.verdicts[check.name] = (0.0, str(exc))
+                if exc.near:
+                    self.near.add(check.name)
             except Exception as exc:  # a judge must never take the grader down
                 self.grader_errors.append(f"{check.name} ({type(exc).__name__}: {exc})")
                 self.verdicts[check.name] = (0.0, f"the grader could not judge this check "
@@ -517,20 +536,33 @@ class Grader:
             raise GradingIncomplete(incomplete_note(self.incomplete))
         score, _ = self.totals()
         seed = self.seed_note if self.stored_only else f"fresh-input seed {self.seed}"
-        notes = [self.isolation_note, seed] + self.load_errors[:10]
+        notes = [self.isolation_note, seed] + [plain_problem(e) for e in self.load_errors[:10]]
         if len(self.load_errors) > 10:
             notes.append(f"... and {len(self.load_errors) - 10} more problems with the submission")
         if self.load_failure:
             notes.insert(0, self.load_failure)
         tests = [{k: r[k] for k in ("name", "score", "max_score", "status", "output", "visibility")}
                  for r in self.results]
+        if self.similar:  # a test of 0 points that Gradescope shows instructors only ("hidden")
+            tests.append({"name": SIMILARITY_TITLE, "score": 0.0, "max_score": 0.0,
+                          "status": "passed", "visibility": "hidden",
+                          "output": "\n".join(similarity_lines(self.similar, self.options.copies)[1:])})
         # extra_data: Gradescope keeps it with the result and shows it to no one
         extra = {"practice": bool(self.practice or self.in_process or self.stored_only),
-                 "isolation_tier": self.isolation_tier, "allow_reference": self.allow_reference}
+                 "isolation_tier": self.isolation_tier, "allow_reference": self.allow_reference,
+                 "copies": self.options.copies, "similarity": self.similarity_record()}
         document = {"score": score, "execution_time": round(time.monotonic() - self.start_time, 2),
                     "output": "\n".join(notes), "visibility": "visible",
                     "stdout_visibility": "hidden", "tests": tests, "extra_data": extra}
         write_results(document, path)
+
+    def similarity_record(self) -> dict[str, dict]:
+        """{graded function: its similarity flag}, for results.json's extra_data and the batch CSV."""
+        return {name: {"share": round(found.share, 2), "holder": found.holder,
+                       "honest_max": found.honest_max, "threshold": found.threshold,
+                       "zeroed": self.options.copies == "zero" and found.penalized,
+                       "summary": found.summary(), "evidence": found.text()}
+                for name, found in self.similar.items()}
 
     @property
     def seed_note(self) -> str:
@@ -561,7 +593,7 @@ class Context:
         """The probe's answer; an exception in the student's code fails the check."""
         response = self.outcome(function, kwargs, **options)
         if response.get("status") != "ok":
-            raise Fail(describe_error(function, response))
+            raise Fail(describe_error(function, response, self.grader.load_errors))
         return response
 
     def train_steps(self, runs: list, model: dict, lr: float = 1.0, ddp: bool = False,

@@ -1,9 +1,10 @@
 """The trusted reference: `course`'s graded functions, looked up by name.
 
 The parent computes expected values with it. The sandboxed worker never gets the reference of the
-stage it grades (`course_sources` stubs it out), and a pasted copy is caught from the submission's
-source (`copied_references`: the copy rule, below, with its measured threshold). Notebook self-checks, which run in the student's own kernel, count
-calls into the reference instead (`counting_calls`): fine for practice, not a defence.
+stage it grades (`course_sources` stubs it out), and a pasted copy is found in the submission's
+source (`authorship`, below): flagged with its evidence, zeroed only under `--copies zero` above a
+threshold calibrated on honest work. Notebook self-checks, which run in the student's own kernel,
+count calls into the reference instead (`counting_calls`): fine for practice, not a defence.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import importlib
 import json
 import pkgutil
 from collections import Counter
+from dataclasses import dataclass
 
-from autograder.trusted.similarity import containment, fingerprints, kgrams, tokens
+from autograder.trusted.similarity import containment, fingerprints, kgram_lines, kgrams, tokens
 from course.parsing import parse
 from course.paths import ROOT
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
@@ -158,18 +160,86 @@ def course_sources(stage: str | None) -> dict[str, str]:
 
 
 # ---- copies: the reference in another form ---------------------------------------------------
-# The rule, for a student's grade (`--allow-reference` lifts it for an instructor's check): a
-# definition that, with the functions of the submission it calls, holds at least COPY_THRESHOLD of a graded function's reference fingerprints (`autograder.trusted.similarity`:
-# winnowed canonical AST k-grams, so renaming, dead code and reordered statements do not hide it)
-# makes that graded function a copy: 0 for it. Code built at run time is not read here: the stage
-# child sees it happen and grades nothing that runs it (`autograder.untrusted.provenance`).
-# Measured (`benchmarks/bench_similarity.py`, benchmarks/README.md): honest independent
-# implementations in five styles and the release notebooks' given code hold at most 0.58 of any
-# reference (the tests' naive tokenizer, whose loop the task all but dictates; every other honest
-# share is under 0.40); mechanical near-copies (dead code after every statement, renamed,
-# reordered, all three) hold at least 0.96. 0.80 leaves 0.22 above the most similar honest work
-# and 0.16 below the least similar copy: a false flag costs a student points, a missed copy less.
-COPY_THRESHOLD = 0.8
+# The rule, for a student's grade (`--allow-reference` lifts it for an instructor's check):
+#  1. code built at run time is not read here: the stage child sees it happen, and grades nothing
+#     that runs code the grader did not read (`autograder.untrusted.provenance`);
+#  2. similarity to the reference is evidence for a person, not a score (MOSS, JPlag and
+#     Gradescope's similarity report work so). A definition that, with the functions of the
+#     submission it calls, holds more of a graded function's reference fingerprints
+#     (`autograder.trusted.similarity`: winnowed canonical AST k-grams, so renaming, dead code and
+#     reordered statements do not hide it) than any honest implementation of the corpus, and at
+#     least FLAG_AT, is flagged with the evidence (`Evidence`); it costs no points unless the
+#     instructor asks for `--copies zero`, and then only at or above the function's THRESHOLDS.
+# HONEST_MAX: the largest share of each reference that an honest implementation holds, measured
+# over the corpus of independent implementations in tests/corpus.py (`benchmarks/bench_similarity.py`,
+# benchmarks/README.md; tests/test_copies.py fails when it changes). A function's threshold is
+# FLOOR, or HONEST_MAX + MARGIN where that is higher; where that passes 1.0 no share separates a copy
+# from honest work (the natural tokenizer holds all of the reference's fingerprints: the task all
+# but dictates it), and the function is flagged at most, never zeroed.
+COPIES = ("flag", "zero")
+FLAG_AT = 0.6
+FLOOR = 0.8
+MARGIN = 0.1
+HONEST_MAX = {  # rounded up to the percent
+    "tokenize_prompt_and_output": 1.0, "compute_entropy": 0.27, "get_response_log_probs": 0.49,
+    "compute_rollout_rewards": 0.39, "compute_group_normalized_rewards": 0.28,
+    "compute_policy_gradient_loss": 0.35, "estimate_kl": 0.23, "truncated_importance_weights": 0.23,
+    "compute_grpo_loss": 0.41, "aggregate_loss_across_microbatch": 0.35, "grpo_train_step": 0.92,
+}
+
+
+def penalty_threshold(honest_max: float) -> float | None:
+    """The share at or above which `--copies zero` zeroes a function whose most similar honest
+    implementation holds `honest_max` (None: never)."""
+    threshold = round(max(FLOOR, honest_max + MARGIN), 2)
+    return threshold if threshold <= 1.0 else None
+
+
+THRESHOLDS = {name: penalty_threshold(share) for name, share in HONEST_MAX.items()}
+SIDE = 46  # characters of one side of the evidence's lines
+MAX_EVIDENCE_LINES = 12
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Why a graded function is flagged as similar to its reference: the share of the reference's
+    fingerprints that `holder` (a definition of the submission, with the functions it calls)
+    holds, the corpus's most similar honest share, and the matched lines side by side
+    [(reference line, submission line)] (the submission's alone in a student edition, which holds
+    no reference text)."""
+
+    function: str
+    share: float
+    holder: str
+    honest_max: float
+    threshold: float | None
+    lines: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def penalized(self) -> bool:
+        """Whether `--copies zero` zeroes the function."""
+        return self.threshold is not None and self.share >= self.threshold
+
+    def summary(self) -> str:
+        limit = (f"--copies zero zeroes it at {self.threshold:.0%}" if self.threshold is not None
+                 else "no share separates a copy from honest work here: never zeroed")
+        return (f"{self.function}: `{self.holder}` holds {self.share:.0%} of the reference's "
+                f"fingerprints; the most similar honest implementation in the corpus holds "
+                f"{self.honest_max:.0%} ({limit})")
+
+    def text(self) -> str:
+        rows = [f"    {left:<{SIDE}} | {right}" for left, right in self.lines]
+        header = f"    {'reference course.' + self.function:<{SIDE}} | submission `{self.holder}`"
+        return "\n".join([self.summary(), header, *rows])
+
+    def penalty(self) -> str:
+        """The reason a student reads when `--copies zero` zeroes the function."""
+        return (f"{self.function} is a copy of the reference `course.{self.function}` "
+                f"(--copies zero): `{self.holder}` holds {self.share:.0%} of its fingerprints, at "
+                f"or above this function's threshold of {self.threshold:.0%} (the most similar "
+                f"independent implementation measured holds {self.honest_max:.0%}; renaming, dead "
+                "code or reordering do not change it): write your own implementation (calling the "
+                "reference functions of earlier stages is fine)")
 
 
 def definitions_in(source: str) -> tuple[ast.Module | None, list[ast.FunctionDef]]:
@@ -216,20 +286,26 @@ def with_callees(definition: ast.FunctionDef, by_name: dict) -> list[ast.Functio
     return list(seen.values())
 
 
-def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
-                     prints: dict[str, set[str]] | None = None) -> dict[str, tuple[float, str]]:
-    """{graded function: (the largest share of its reference's fingerprints that one of
-    `definitions` holds with the functions it calls, that definition's name)}."""
-    prints = prints if prints is not None else _stored_prints()[1]
+def _best_holders(definitions: list[ast.FunctionDef], salt: str,
+                  prints: dict[str, set[str]]) -> dict[str, tuple[float, ast.FunctionDef | None]]:
     by_name = {d.name: d for d in definitions}
-    best = dict.fromkeys(prints, (0.0, ""))
+    best: dict[str, tuple[float, ast.FunctionDef | None]] = dict.fromkeys(prints, (0.0, None))
     for definition in definitions:
         held = set().union(*(kgrams(tokens(d), salt) for d in with_callees(definition, by_name)))
         for name, reference in prints.items():
             share = containment(reference, held)
             if share > best[name][0]:
-                best[name] = (share, definition.name)
+                best[name] = (share, definition)
     return best
+
+
+def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
+                     prints: dict[str, set[str]] | None = None) -> dict[str, tuple[float, str]]:
+    """{graded function: (the largest share of its reference's fingerprints that one of
+    `definitions` holds with the functions it calls, that definition's name)}."""
+    prints = prints if prints is not None else _stored_prints()[1]
+    return {name: (share, holder.name if holder else "")
+            for name, (share, holder) in _best_holders(definitions, salt, prints).items()}
 
 
 def template_sources() -> dict[str, str]:
@@ -255,18 +331,68 @@ def template_sources() -> dict[str, str]:
     return {"course": "", **{name: sources[name] for name in sorted(wanted)}}
 
 
-def copied_references(sources: list[str]) -> dict[str, str]:
-    """{graded function: why it earns nothing} for each one that `sources` (the submission's code,
-    read, never run: its notebooks, or a .py and the helpers it imports) holds a copy of. A
-    definition is read with the functions it calls from any of `sources`."""
+def _side(text: str) -> str:
+    text = " ".join(text.split())  # one line of code, its indentation dropped
+    width = SIDE - 6  # after the line number
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _matched_lines(name: str, holder: ast.FunctionDef, by_name: dict, texts: dict[int, list[str]],
+                   salt: str, prints: set[str]) -> tuple[tuple[str, str], ...]:
+    """The reference's lines and the submission's that share a fingerprint, side by side, in the
+    reference's order (`texts`: {id(definition): its source's lines})."""
+    ours: dict[str, tuple[int, str]] = {}  # fingerprint -> (line, its text) in the submission
+    for definition in with_callees(holder, by_name):
+        lines = texts[id(definition)]
+        for digest, found in kgram_lines(definition, salt).items():
+            if digest in prints and digest not in ours:
+                ours[digest] = (min(found), _side(lines[min(found) - 1]))
+    theirs: dict[str, tuple[int, str]] = {}
+    if not STORED_FINGERPRINTS.exists():  # a student edition holds no reference text
+        source = (COURSE_DIR / f"{HOME_MODULES[name].split('.')[1]}.py").read_text(encoding="utf-8")
+        lines = source.splitlines()
+        definition = next(d for d in definitions_in(source)[1] if d.name == name)
+        theirs = {digest: (min(found), _side(lines[min(found) - 1]))
+                  for digest, found in kgram_lines(definition).items()}
+    pairs = sorted({(theirs.get(digest, (0, "")), ours[digest]) for digest in ours})
+    rows = tuple((f"{left[0]:>4}  {left[1]}" if left[0] else "", f"{right[0]:>4}  {right[1]}")
+                 for left, right in pairs)
+    if len(rows) > MAX_EVIDENCE_LINES:
+        rows = rows[:MAX_EVIDENCE_LINES] + (("", f"... and {len(rows) - MAX_EVIDENCE_LINES} more"),)
+    return rows
+
+
+def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str], dict[str, Evidence]]:
+    """({graded function: why it earns nothing}, {graded function: the evidence of its similarity
+    to the reference} for each flagged one), read from `sources` (the submission's code, read,
+    never run: its notebooks, or a .py and the helpers it imports). Under `copies="zero"`, each
+    flagged one at or above its threshold earns nothing. A definition is read with the functions it calls from any of
+    `sources`."""
     salt, prints = _stored_prints()
-    found: dict[str, str] = {}
-    everything = [d for source in sources for d in definitions_in(source)[1]]
-    for name, (share, holder) in reference_shares(everything, salt, prints).items():
-        if share >= COPY_THRESHOLD and name not in found:
-            found[name] = (f"{name} is a copy of the reference `course.{name}`: `{holder}` "
-                           f"holds {share:.0%} of its fingerprints (independent work holds "
-                           f"under {COPY_THRESHOLD:.0%}; renaming, dead code or reordering do "
-                           "not change it): write your own implementation (calling the "
-                           "reference functions of earlier stages is fine)")
-    return found
+    refused: dict[str, str] = {}
+    everything, texts = [], {}
+    for source in sources:
+        tree, definitions = definitions_in(source)
+        if tree is None:
+            continue
+        lines = source.splitlines()
+        everything += definitions
+        texts.update({id(d): lines for d in definitions})
+    by_name = {d.name: d for d in everything}
+    evidence = {}
+    for name, (share, holder) in _best_holders(everything, salt, prints).items():
+        honest = HONEST_MAX.get(name, 0.0)
+        if holder is None or share < FLAG_AT or share <= honest:
+            continue
+        evidence[name] = Evidence(name, share, holder.name, honest, THRESHOLDS.get(name),
+                                  _matched_lines(name, holder, by_name, texts, salt,
+                                                 prints[name]))
+        if copies == "zero" and evidence[name].penalized:
+            refused.setdefault(name, evidence[name].penalty())
+    return refused, evidence
+
+
+def copied_references(sources: list[str], copies: str = "flag") -> dict[str, str]:
+    """{graded function: why it earns nothing} (`authorship`): under the default, similarity to
+    the reference alone costs nothing."""
+    return authorship(sources, copies)[0]

@@ -1,4 +1,5 @@
-"""The score table printed at the end of `pytest autograder` (and by notebook self-checks).
+"""The score table printed at the end of `pytest autograder` (and by notebook self-checks), and
+the similarity flag under it (`similarity_lines`: evidence for the instructor, not a score).
 
 Every text here may carry words of the submission (exception messages, load errors, the worker's
 last output), so it is escaped before it is shown: a terminal control sequence, a carriage return
@@ -52,4 +53,22 @@ def stage_table(results: list[dict]) -> list[str]:
         total, maximum = total + score, maximum + top
         lines.append(f"{stage:<18}{score:>10g}{top:>8g}")
     lines += ["-" * 36, f"{'TOTAL':<18}{total:>10g}{maximum:>8g}"]
+    return lines
+
+
+SIMILARITY_TITLE = "SIMILAR TO THE REFERENCE (evidence for the instructor to review)"
+
+
+def similarity_lines(similar: dict, copies: str) -> list[str]:
+    """The flag of each graded function more similar to its reference than independent work
+    (`similar`: {function: autograder.trusted.reference.Evidence}), with its matched lines; what it
+    cost under `copies` ("flag": nothing; "zero": the function's points above its threshold)."""
+    if not similar:
+        return []
+    zeroed = [name for name, found in similar.items() if copies == "zero" and found.penalized]
+    cost = (f"--copies zero: {', '.join(zeroed)} earned nothing" if zeroed else
+            "it cost no points" + ("" if copies == "zero" else " (--copies flag)"))
+    lines = ["", f"{SIMILARITY_TITLE}: {cost}"]
+    for found in similar.values():
+        lines += [escape(line, MAX_LINE) for line in found.text().split("\n")]
     return lines

@@ -30,7 +30,10 @@ def resolve_device(device: str) -> str:
 class GradingSession:
     def __init__(self, submission: str | Path, options: GradingOptions = DEFAULT_OPTIONS,
                  sandbox=None, started_at: float | None = None):
+        from autograder.protocol.precision import use_ieee_float32
         from autograder.trusted import report, results  # noqa: F401  (before any student code)
+
+        use_ieee_float32()  # the references judged here compute as the tolerances assume
 
         loaded = load_submission(submission, ROOT)
         options = replace(options, device=resolve_device(options.device))

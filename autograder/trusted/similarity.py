@@ -16,9 +16,10 @@ for free:
 - `containment(reference, submitted)`: the share of the reference's fingerprints found among all
   the k-grams of the submitted code, in [0, 1]; 1.0 for a copy with dead code added anywhere.
 
-The thresholds in `autograder.trusted.reference` (the copy rule) and `instructor.batch` (similar
-pairs of students) come from `benchmarks/bench_similarity.py`, which measures this score for the
-honest implementations and the near-copies in tests/autograder_cases/.
+The thresholds in `autograder.trusted.reference` (the similarity flag and `--copies zero`) and
+`instructor.classmates` (similar pairs of students) come from `benchmarks/bench_similarity.py`,
+which measures this score for the honest corpus (tests/corpus.py) and the near-copies
+(tests/near_copies.py). `kgram_lines` says where a shared fingerprint lies, for the evidence.
 
 Hashes can be salted (`salt`): a student edition ships the reference's fingerprints salted, never
 its code.
@@ -48,7 +49,8 @@ class _Locals(ast.NodeVisitor):
             self.names.add(node.id)
 
 
-def _emit(node: ast.AST, local: set[str], out: list[str], segments: list[list[str]]) -> None:
+def _emit(node: ast.AST, local: set[str], out: list[str],
+          segments: list[tuple[int, list[str]]]) -> None:
     """Append `node`'s tokens to `out`; a statement nested in a block starts a segment of its own."""
     if isinstance(node, _DROPPED):
         return
@@ -76,7 +78,7 @@ def _emit(node: ast.AST, local: set[str], out: list[str], segments: list[list[st
             if field == "body" and child is node.body[0] and _is_docstring(child):
                 continue
             segment: list[str] = []
-            segments.append(segment)
+            segments.append((child.lineno, segment))
             _emit(child, local, segment, segments)
         else:
             _emit(child, local, out, segments)
@@ -97,29 +99,46 @@ def _fields(node: ast.AST):
             yield field, value
 
 
+def lined_tokens(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[int, list[str]]]:
+    """`tokens(function)`, each segment with the line its statement starts on."""
+    finder = _Locals()
+    finder.visit(function)
+    signature: list[str] = []
+    segments = [(function.lineno, signature)]
+    _emit(function.args, finder.names, signature, segments)
+    for statement in function.body[1:] if _is_docstring(function.body[0]) else function.body:
+        segment: list[str] = []
+        segments.append((statement.lineno, segment))
+        _emit(statement, finder.names, segment, segments)
+    return [(line, segment) for line, segment in segments if segment]
+
+
 def tokens(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[str]]:
     """The canonical token stream of one function, one segment per statement (a compound
     statement's segment is its header: `If` and its test, `For` and its target and iterable);
     its name, decorators, docstring and annotations are left out."""
-    finder = _Locals()
-    finder.visit(function)
-    signature: list[str] = []
-    segments = [signature]
-    _emit(function.args, finder.names, signature, segments)
-    for statement in function.body[1:] if _is_docstring(function.body[0]) else function.body:
-        segment: list[str] = []
-        segments.append(segment)
-        _emit(statement, finder.names, segment, segments)
-    return [segment for segment in segments if segment]
+    return [segment for _, segment in lined_tokens(function)]
+
+
+def _hash(run: list[str], salt: str) -> str:
+    return hashlib.sha256((salt + "\x1f".join(run)).encode()).hexdigest()[:16]
 
 
 def kgrams(segments: list[list[str]], salt: str = "") -> list[str]:
     """A hash of each run of K consecutive tokens within one segment, in order (a segment
     shorter than K: one hash of it whole). No k-gram spans two statements, so statements added
     or swapped leave every other statement's k-grams as they were."""
-    runs = [segment[i:i + K] for segment in segments
+    return [_hash(segment[i:i + K], salt) for segment in segments
             for i in range(max(1, len(segment) - K + 1))]
-    return [hashlib.sha256((salt + "\x1f".join(run)).encode()).hexdigest()[:16] for run in runs]
+
+
+def kgram_lines(function: ast.FunctionDef | ast.AsyncFunctionDef, salt: str = "") -> dict[str, set[int]]:
+    """{k-gram hash: the lines of `function` whose statements hold it}: where a fingerprint is."""
+    lines: dict[str, set[int]] = {}
+    for line, segment in lined_tokens(function):
+        for i in range(max(1, len(segment) - K + 1)):
+            lines.setdefault(_hash(segment[i:i + K], salt), set()).add(line)
+    return lines
 
 
 def winnow(hashes: list[str]) -> set[str]:

@@ -493,10 +493,12 @@ def template(control_fd: int, root: str) -> None:
     import transformers  # noqa: F401  (loaded once here, shared by every child)
 
     from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
+    from autograder.protocol.precision import use_ieee_float32
     from autograder.untrusted import confine, probes, provenance  # noqa: F401
     if setup.get("landlock") is not None or setup.get("wipe"):
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
+    use_ieee_float32()  # every child forked from here computes float32 as the tolerances assume
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a child are ours to reap
     global _TEMPLATE_MODULES
     install_course(setup["course"])  # course.models, course.plotting and what they import

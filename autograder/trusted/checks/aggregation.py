@@ -8,9 +8,22 @@ import math
 import torch
 
 from autograder.trusted.checks.common import generator, ragged_mask, run_reference
-from autograder.trusted.core import Fail, Mistake, case, check, compare_scalar, judge_cases, scalar
+from autograder.trusted.core import (
+    Fail,
+    Mistake,
+    case,
+    check,
+    compare_scalar,
+    judge_cases,
+    scalar,
+    scalar_matches,
+)
 
 FN = "aggregate_loss_across_microbatch"
+# the diagnosis of a nan that no masked value caused: 0/0 from the row without response tokens
+EMPTY_ROW = ("the sequence with no response tokens divides 0 by its count of 0 (0/0 = nan); fix: "
+             "count it as a loss of 0 that still counts in B: divide by the count clamped to 1, "
+             "mask.sum(1).clamp_min(1)")
 STEP_TOKENS = 37  # the token count of a whole (imaginary) optimizer step this micro-batch belongs to
 
 
@@ -30,6 +43,12 @@ def _pieces(inputs):
     return loss, mask, (loss * mask).sum(1), mask.sum(1)
 
 
+def _magnitude(inputs) -> float:
+    """The largest response-token loss: a float32 sum's rounding is relative to its terms."""
+    loss, mask, _, _ = _pieces(inputs)
+    return float((loss * mask).abs().max())
+
+
 def _call(ctx, inputs, mode, constant=None):
     kwargs = {**inputs, "loss_normalization": mode}
     if constant is not None:
@@ -42,7 +61,11 @@ def sequence_mode(ctx) -> None:
     def judge(run):
         loss, mask, sums, lengths = _pieces(run.inputs)
         non_empty = lengths > 0
-        compare_scalar(_call(ctx, run.inputs, "sequence"), float(run.expected[0]), "sequence-normalized loss", [
+        got = _call(ctx, run.inputs, "sequence")
+        if not math.isfinite(scalar(got, "the sequence-normalized loss")):
+            raise Fail(f"the sequence-normalized loss is {scalar(got, 'it')} with finite losses: "
+                       f"{EMPTY_ROW}")
+        compare_scalar(got, float(run.expected[0]), "sequence-normalized loss", [
             Mistake("the empty sequence left out of B", "a sequence with no response tokens counts as 0 and "
                     "still counts in B: divide by B", lambda: (sums[non_empty] / lengths[non_empty]).mean()),
             Mistake("one mean over all response tokens (token normalization)",
@@ -52,7 +75,7 @@ def sequence_mode(ctx) -> None:
                     "divide each sequence's masked sum by its own number of response tokens",
                     lambda: (sums / loss.shape[1]).mean()),
             Mistake("the per-sequence means summed instead of averaged", "divide by B",
-                    lambda: (sums / lengths.clamp_min(1)).sum())])
+                    lambda: (sums / lengths.clamp_min(1)).sum())], magnitude=_magnitude(run.inputs))
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -65,7 +88,8 @@ def token_mode(ctx) -> None:
                     "divide by normalization_constant, the token count of the whole optimizer step",
                     lambda: sums.sum() / mask.sum()),
             Mistake("an unmasked sum", "select the response tokens before summing: "
-                    "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / STEP_TOKENS)])
+                    "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / STEP_TOKENS)],
+            magnitude=_magnitude(run.inputs))
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -77,7 +101,8 @@ def constant_mode(ctx) -> None:
             Mistake("a masked mean instead of the masked sum over the constant", "divide the masked sum by the constant",
                     lambda: sums.sum() / mask.sum()),
             Mistake("an unmasked sum", "select the response tokens before summing: "
-                    "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / 24.0)])
+                    "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / 24.0)],
+            magnitude=_magnitude(run.inputs))
     judge_cases(ctx, f"{FN}/batch", judge)
 
 
@@ -93,8 +118,12 @@ def padding_does_not_leak(ctx) -> None:
         for mode, constant, index in (("sequence", None, 0), ("token", STEP_TOKENS, 1), ("constant", 24.0, 2)):
             got = scalar(_call(ctx, inputs, mode, constant), f"the {mode}-normalized loss")
             clean = scalar(_call(ctx, run.inputs, mode, constant), f"the {mode}-normalized loss")
-            if math.isfinite(got) and not math.isclose(clean, float(run.expected[index]),
-                                                       rel_tol=1e-9, abs_tol=1e-12):
+            if not math.isfinite(clean):  # the nan is there without any nan/inf to leak
+                raise Fail(f"the {mode}-normalized loss is {clean} already with finite losses at "
+                           "every position, so nothing leaks: "
+                           + (EMPTY_ROW if mode == "sequence" else f"see the '{mode}:' check"))
+            if math.isfinite(got) and not scalar_matches(clean, float(run.expected[index]),
+                                                         magnitude=_magnitude(run.inputs)):
                 raise Fail(f"the {mode}-normalized loss is wrong already without inf/nan at masked "
                            f"positions (see the '{mode}:' check): nothing leaks, fix that one first")
             if not math.isfinite(got):
@@ -102,7 +131,7 @@ def padding_does_not_leak(ctx) -> None:
                            "0·nan and 0·inf are nan, so multiplying by the mask leaks them; fix: select "
                            "with torch.where(mask.bool(), loss, 0) before summing")
             compare_scalar(got, float(run.expected[index]), f"the {mode}-normalized loss with nan/inf "
-                           "at masked-out positions")
+                           "at masked-out positions", magnitude=_magnitude(run.inputs))
     judge_cases(ctx, f"{FN}/batch", judge)
 
 

@@ -142,6 +142,16 @@ def _plain_path(ctx, inputs: dict, **options) -> dict:
     return response
 
 
+def _own_plain_path(ctx, inputs: dict) -> None:
+    """The chunked head is given (`course.chunked_head`): a chunked path earns its points only
+    beside a plain path of the student's own, or a function that is all given code would earn them."""
+    try:
+        _plain_path(ctx, inputs)
+    except Fail as exc:
+        raise Fail(f"the chunked path's points are paid only beside a plain path of your own, and "
+                   f"this one is not: {exc}") from None
+
+
 @check(LOG_PROBS, "log_probs match the reference and carry gradient", points=2)
 def log_prob_values(ctx) -> None:
     def judge(run):
@@ -173,6 +183,7 @@ def token_entropy(ctx) -> None:
 def chunked(ctx) -> None:
     run = ctx.fresh_case(f"{LOG_PROBS}/float64")
     inputs, expected = run.inputs, run.expected
+    _own_plain_path(ctx, inputs)
     for size in (1, 4, 1000):
         got = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size})["output"]
         compare(field(got, "log_probs", "the result"), expected["log_probs"],
@@ -261,6 +272,7 @@ def chunked_saved_bytes(ctx) -> None:
     maximum is the same on every device (and in a notebook's self-check)."""
     run = ctx.fresh_case(f"{LOG_PROBS}/large-vocabulary")
     inputs, chunk = run.inputs, 8
+    _own_plain_path(ctx, inputs)
     (batch, positions), vocab = inputs["input_ids"].shape, inputs["model"]["vocab_size"]
     response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": chunk}, count_saved_bytes=True)
     log_probs = field(response["output"], "log_probs", "the result")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.protocol.markers import TOKENIZER, build_tokenizer
+from autograder.protocol.markers import BPE_TOKENIZER, TOKENIZER, build_tokenizer, resolve
 from autograder.trusted.checks.common import rng, run_reference
 from autograder.trusted.core import Fail, Mistake, case, check, compare, field, judge_cases, tensor
 
@@ -28,6 +28,32 @@ def make_batch(seed: int) -> dict:
             "tokenizer": TOKENIZER}
 
 
+@case(f"{FN}/bpe", expected=lambda inputs: run_reference(FN, inputs))
+def make_bpe(seed: int) -> dict:
+    """Prompts that end at a space or inside a number, so that the BPE tokenizer merges the
+    prompt's last characters with the output's first when the two are encoded together."""
+    r = rng(seed + 100)
+    prompts, outputs = [], []
+    for _ in range(4):
+        a, b = r.randint(10, 49), r.randint(10, 49)
+        total = str(a + b)
+        if r.random() < 0.5:
+            prompts.append(f"Question: what is {a}+{b}? Answer: ")
+            outputs.append(r.choice((total, f"the answer is {total}")))
+        else:
+            prompts.append(f"Question: what is {a}+{b}? Answer: {total[0]}")
+            outputs.append(f"{total[1:]}</answer>")
+    return {"prompt_strs": prompts, "output_strs": outputs, "tokenizer": BPE_TOKENIZER}
+
+
+def _joint(inputs: dict, tokenizer) -> torch.Tensor:
+    """input_ids (B, L-1) of prompt and output encoded as one string, right-padded."""
+    rows = [tokenizer.encode(p + o, add_special_tokens=False)
+            for p, o in zip(inputs["prompt_strs"], inputs["output_strs"])]
+    width = max(map(len, rows))
+    return torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])[:, :-1]
+
+
 def _mask_mistakes(mask: torch.Tensor) -> list:
     """The masks of the common mistakes, from the right mask (B, L-1) alone: the judge holds no
     tokenization of its own (the student edition ships this file without the reference)."""
@@ -43,20 +69,24 @@ def _mask_mistakes(mask: torch.Tensor) -> list:
     ]
 
 
-def _judge_batch(output, expected: dict) -> None:
+def _judge_batch(output, expected: dict, inputs: dict) -> None:
     length = expected["input_ids"].shape[1] + 1  # L, the longest prompt + output
-    eos = build_tokenizer().eos_token_id
+    tokenizer = resolve(inputs["tokenizer"])
     for key in KEYS:
         got = tensor(field(output, key, f"the result of {FN}"), key)
         if key != "response_mask" and got.ndim == 2 and got.shape[1] == length:
             raise Fail(f"{key} has L = {length} columns: a causal LM predicts token t+1 from "
                        "tokens ≤ t, so input_ids = sequence[:, :-1] and labels = sequence[:, 1:]")
-    padded_eos = torch.where(expected["input_ids"] == build_tokenizer().pad_token_id, eos,
+    padded_eos = torch.where(expected["input_ids"] == tokenizer.pad_token_id, tokenizer.eos_token_id,
                              expected["input_ids"])
     compare(output["input_ids"], expected["input_ids"], "input_ids", [
         Mistake("padding with eos instead of the tokenizer's pad id",
                 "pad with tokenizer.pad_token_id (eos only when there is no pad token)",
-                lambda: padded_eos)])
+                lambda: padded_eos),
+        Mistake("prompt and output encoded together as one string (a BPE tokenizer merges "
+                "characters across their boundary, so the output's tokens are not its own)",
+                "encode the prompt and the output separately, then concatenate the two id lists",
+                lambda: _joint(inputs, tokenizer))])
     compare(output["labels"], expected["labels"], "labels", [
         Mistake("missing label shift (labels equal input_ids)",
                 "labels are the sequence shifted left by one: labels = sequence[:, 1:]",
@@ -82,8 +112,11 @@ def shapes(ctx) -> None:
 
 @check(FN, "values match the reference", points=3)
 def values(ctx) -> None:
-    judge_cases(ctx, f"{FN}/batch",
-                lambda run: _judge_batch(ctx.call(FN, run.inputs)["output"], run.expected))
+    """With the course's character-level tokenizer and with a BPE one, which is where encoding
+    prompt and output together goes wrong."""
+    for name in (f"{FN}/batch", f"{FN}/bpe"):
+        judge_cases(ctx, name, lambda run: _judge_batch(ctx.call(FN, run.inputs)["output"],
+                                                        run.expected, run.inputs))
 
 
 @check(FN, "response_mask is 1 exactly on the output tokens' labels", points=1)

@@ -1,0 +1,227 @@
+"""Checks that judge the answer, not the arithmetic around it.
+
+- A float32 answer to a float64 question is held to float32 rounding (`core.bounds`): the course's
+  reference run in float32 passes every value check on 200 fresh seeds, and the mutants of
+  tests/test_autograder.py, run in float32 too, still lose their checks with their diagnoses.
+- A near miss costs the value check only: the checks `paid_with` it stay paid (`core.PLAUSIBLE`).
+- A package the grading environment lacks is named as the grader's limit, and einops, which it
+  has, earns full marks, in both sandbox tiers.
+- A graded name that a locked (given or setup) notebook cell binds is never the student's.
+
+In-process gradings (tests/test_portability.py's `grade_in_process`) judge the checks' arithmetic;
+the sandboxed ones judge what a student sees.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_autograder import MUTANTS
+from test_portability import grade_in_process
+
+from autograder.trusted.core import Fail, compare, compare_scalar, precision
+from autograder.trusted.reference import reference
+from course.registry import GRADED_FUNCTIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "autograder_cases"
+# functions whose inputs a float32 cast can reach (the others take a model, or no floats)
+FLOAT_FUNCTIONS = tuple(n for n in GRADED_FUNCTIONS if n not in (
+    "tokenize_prompt_and_output", "get_response_log_probs", "grpo_train_step"))
+# the one check whose contract is the dtype itself: float64 logits keep float64 entropy
+DTYPE_CONTRACT = "float32/float64 keep their dtype"
+
+
+def _float32(value):
+    return value.float() if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else value
+
+
+def in_float32(function):
+    """`function` computing in float32: every float64 tensor argument cast down first (what a
+    `.float()` at the top of a student's function does)."""
+    def cast(*args, **kwargs):
+        return function(*map(_float32, args), **{k: _float32(v) for k, v in kwargs.items()})
+    return cast
+
+
+def _lost(graded: dict) -> dict:
+    return {name: output for name, (score, top, output) in graded.items() if score < top}
+
+
+def _mutant(bug: str) -> dict:
+    sys.path.insert(0, str(CASES))
+    try:
+        return {k: v for k, v in runpy.run_path(str(CASES / f"mutant_{bug}.py")).items() if callable(v)}
+    finally:
+        sys.path.remove(str(CASES))
+
+
+# ---- item: the tolerance follows the precision of the answer ----------------------------------
+def test_float32_rounding_passes_where_a_float64_answer_would_not():
+    """r − mean in float32 keeps rounding of the operands' size (~1e-7) at an entry near zero."""
+    expected = torch.tensor([1.233759356268763, 1.0e-7], dtype=torch.float64)
+    got = torch.tensor([1.2337595224380493, 1.7881393432617188e-07], dtype=torch.float32)
+    compare(got, expected, "advantages")
+    compare(got.double(), expected, "advantages")  # float32 arithmetic cast back: same precision
+    with pytest.raises(Fail, match="does not match"):
+        compare(got.double() + 1e-12, expected, "advantages")  # float64 answer: the float64 tolerance
+    # a known bug: the biased std scales advantages of groups of 4 by sqrt(4/3), 15%
+    with pytest.raises(Fail):
+        compare(got * (4 / 3) ** 0.5, expected, "advantages")
+
+
+def test_the_precision_of_an_answer():
+    assert precision(torch.tensor([0.1], dtype=torch.float32)) == torch.float32
+    assert precision(torch.tensor([0.1], dtype=torch.float32).double()) == torch.float32
+    assert precision(torch.tensor([0.1, float("nan")], dtype=torch.float64)) == torch.float64
+    assert precision(torch.tensor([0.1], dtype=torch.bfloat16)) == torch.bfloat16
+
+
+def test_a_python_float_from_float32_arithmetic_is_held_to_float32_rounding():
+    """A mean of centered float32 values is 3e-8, not 0: within 64 ulps of the advantages' size 1.5,
+    though not of 0 itself."""
+    compare_scalar(2.9802322387695312e-08, 0.0, "advantage_mean", magnitude=1.5)
+    with pytest.raises(Fail):
+        compare_scalar(2.9802322387695312e-08, 0.0, "advantage_mean")
+    with pytest.raises(Fail):  # a float64 number off by as much is not rounding
+        compare_scalar(2.98e-08, 0.0, "advantage_mean", magnitude=1.5)
+
+
+def test_half_precision_is_never_widened():
+    """A miss of 3.8e-6: within 64 float32 ulps, not within the float64 tolerance."""
+    expected = torch.tensor([1 + 2 ** -18], dtype=torch.float64)
+    compare(torch.tensor([1.0], dtype=torch.float32), expected, "x")
+    with pytest.raises(Fail):
+        compare(torch.tensor([1.0], dtype=torch.bfloat16), expected, "x")
+
+
+@pytest.mark.slow
+def test_the_reference_in_float32_passes_every_value_check_on_200_seeds():
+    namespace = {name: in_float32(reference(name)) for name in FLOAT_FUNCTIONS}
+    failures = {}
+    for seed in range(200):
+        graded = grade_in_process(namespace, FLOAT_FUNCTIONS, seed=seed)
+        assert len(graded) >= 25
+        lost = {n: o for n, o in _lost(graded).items() if DTYPE_CONTRACT not in n}
+        failures.update({f"seed {seed}: {n}": o for n, o in lost.items()})
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("bug", sorted(b for b, (f, _, _) in MUTANTS.items()
+                                       if f in FLOAT_FUNCTIONS and b != "entropy_no_upcast"))
+def test_every_mutant_computing_in_float32_still_loses_its_check(bug):
+    """`entropy_no_upcast`'s bug is a dtype: in float32 it is another bug, and the dtype check
+    catches that one."""
+    function, words, diagnosis = MUTANTS[bug]
+    namespace = {name: in_float32(f) for name, f in _mutant(bug).items()}
+    lost = {n: o for n, o in _lost(grade_in_process(namespace, (function,))).items() if words in n}
+    assert any(diagnosis in output for output in lost.values()), (bug, lost)
+
+
+# ---- item: a near miss never cascades ----------------------------------------------------------
+def _rewards(scale: float, shift: float):
+    honest = reference("compute_rollout_rewards")
+
+    def compute_rollout_rewards(reward_fn, rollout_responses, repeated_ground_truths):
+        rewards, metadata = honest(reward_fn, rollout_responses, repeated_ground_truths)
+        return rewards * scale + shift, metadata
+    return compute_rollout_rewards
+
+
+@pytest.mark.parametrize("scale, shift, bad_input_paid", [(1 + 1e-5, 0.0, True), (1.0, 0.5, False)])
+def test_a_near_miss_costs_the_value_check_only(scale, shift, bad_input_paid):
+    """Rewards 1e-5 relative off (a near miss) fail the value check, and the ValueError check it
+    gates still pays; rewards 0.5 off are not plausibly right, and the gate holds."""
+    graded = grade_in_process({"compute_rollout_rewards": _rewards(scale, shift)},
+                              ("compute_rollout_rewards",))
+    value, gated = (next(v for n, v in graded.items() if words in n)
+                    for words in ("rewards (float32)", "different lengths raise ValueError"))
+    assert value[0] == 0 and "stored cases passed" not in value[2], value
+    assert (gated[0] == gated[1]) == bad_input_paid, gated
+
+
+# ---- item: the grading environment's packages --------------------------------------------------
+ENTROPY = """import torch
+from {package} import reduce
+
+
+def compute_entropy(logits):
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -reduce(log_p.exp() * log_p, "... v -> ...", "sum")
+"""
+
+
+def _notebook(folder: Path, package: str) -> Path:
+    """02_scoring.ipynb whose compute_entropy uses `package`'s reduce, imported in its own cell."""
+    imports, function = ENTROPY.format(package=package).split("\n\n\n")
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": source} for source in (imports, function)]
+    folder.mkdir()
+    (folder / "02_scoring.ipynb").write_text(json.dumps({"cells": cells, "metadata": {},
+                                                         "nbformat": 4, "nbformat_minor": 5}))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["bubblewrap", "landlock"])
+def test_einops_earns_full_marks_and_a_missing_package_is_the_graders_limit(tmp_path, isolation):
+    from autograder.api import grade
+    from autograder.trusted.isolation import sandbox_problem
+
+    if sandbox_problem(ROOT, isolation) is not None:
+        pytest.skip(f"no {isolation} here: {sandbox_problem(ROOT, isolation)}")
+    honest = grade(str(_notebook(tmp_path / "einops", "einops")), ("compute_entropy",),
+                   isolation=isolation)
+    assert honest["score"] == honest["max_score"] == 4, honest["results"]
+    missing = grade(str(_notebook(tmp_path / "missing", "einops_extras")), ("compute_entropy",),
+                    isolation=isolation)
+    outputs = [r["output"] for r in missing["results"].values()]
+    assert missing["score"] == 0 and len(outputs) == 3
+    plain = "the grading environment has no package 'einops_extras'; ask your instructor"
+    assert all(plain in output for output in outputs), outputs
+
+
+def test_a_missing_package_is_named_in_every_way_it_surfaces():
+    from autograder.trusted.core import describe_error, plain_problem
+
+    raised = {"status": "error", "error_type": "ModuleNotFoundError",
+              "message": "No module named 'einops_extras.layers'"}
+    assert describe_error("f", raised) == ("f could not import 'einops_extras': the grading "
+                                           "environment has no package 'einops_extras'; ask your instructor")
+    later = {"status": "error", "error_type": "NameError", "message": "name 'reduce' is not defined"}
+    problems = ["02_scoring.ipynb, code cell 1, line 2: ModuleNotFoundError: No module named 'einops_extras'"]
+    assert "has no package 'einops_extras'" in describe_error("f", later, problems)
+    assert "has no package" not in describe_error("f", later)  # a NameError of the student's own
+    assert plain_problem(problems[0]).endswith("line 2: the grading environment has no package "
+                                               "'einops_extras'; ask your instructor")
+    withheld = "x: ModuleNotFoundError: No module named 'course.losses' (not available while grading)"
+    assert plain_problem(withheld) == withheld  # the course's own modules say why themselves
+
+
+# ---- item: given cells are never the student's implementation -----------------------------------
+def _cell(source: str, locked: bool) -> dict:
+    marks = {"grade": False, "grade_id": "given_x", "locked": True, "solution": False} if locked else {}
+    return {"cell_type": "code", "metadata": {"nbgrader": marks} if marks else {}, "outputs": [],
+            "execution_count": None, "source": source}
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_a_graded_name_bound_in_a_locked_cell_is_not_the_students(tmp_path, locked):
+    """The locked cell still runs (its helpers are needed), but its graded names are not graded."""
+    from course.submission import load_submission
+
+    given = "from course.scoring import get_response_log_probs\n\ndef helper():\n    return 1"
+    cells = [_cell(given, locked), _cell("def compute_entropy(logits):\n    return logits", False)]
+    (tmp_path / "07_train_step.ipynb").write_text(json.dumps({"cells": cells, "metadata": {},
+                                                              "nbformat": 4, "nbformat_minor": 5}))
+    submission = load_submission(str(tmp_path), ROOT)
+    assert set(submission.providers) == {"compute_entropy"} | (set() if locked else {"get_response_log_probs"})
+    texts = [text for _, text in submission.units[0]["statements"]]
+    assert any("import get_response_log_probs" in t for t in texts) and any("def helper" in t for t in texts)
