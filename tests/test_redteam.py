@@ -1,9 +1,10 @@
 """The red team: every attack in tests/redteam/ is graded officially, in the sandbox, and must fail.
 
 Convention for an attack entry (the harness finds them; nothing else needs registering):
-  tests/redteam/<name>.py, tests/redteam/<name>.ipynb, or a folder tests/redteam/<name>/ of
-  notebooks (graded as one submission). Its first lines — `#` comments of the .py, the first
-  markdown cell of the notebook (of the folder's first notebook, in name order) — say
+  tests/redteam/<name>.py, tests/redteam/<name>.ipynb, a folder tests/redteam/<name>/ of
+  notebooks (graded as one submission), or a folder holding `submission.py` and the files beside
+  it (graded as that .py, with its neighbours). Its first lines — `#` comments of the .py, the
+  first markdown cell of the notebook (of the folder's first notebook, in name order) — say
       # attack: <class> - <what it tries>
       # functions: <comma-separated graded functions to grade, or all>
       # honest: <points the honest version of those functions earns; default 0>
@@ -60,8 +61,14 @@ REFERENCE_SOCKET = "/tmp/grpo-redteam-reference.sock"  # and here, by a unix soc
 GRADING = {"probe_timeout": 4.0, "memory_mb": 3072, "time_limit": 240.0}
 
 
+def submitted(entry: Path) -> Path:
+    """What is graded for an entry: a folder's `submission.py` where it has one, else the entry."""
+    return entry / "submission.py" if (entry / "submission.py").is_file() else entry
+
+
 def read_header(entry: Path) -> dict:
     """The `# key: value` lines at the top of an attack entry."""
+    entry = submitted(entry)
     if entry.is_dir():
         entry = sorted(entry.glob("*.ipynb"))[0]
     if entry.suffix == ".ipynb":
@@ -251,7 +258,7 @@ def red_team(request) -> dict:
                 # alone zeroes: they are graded with copies allowed, so that what stops them is
                 # isolation; the others under --copies zero, where a pasted copy earns nothing
                 graded = templates.grade_all({entry.name: (
-                    (str(entry), read_header(entry)["functions"]),
+                    (str(submitted(entry)), read_header(entry)["functions"]),
                     {"official": True, "allow_reference": entry.name.startswith("stages_"),
                      "copies": "zero", **GRADING})
                     for entry in ENTRIES})

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from autograder.options import DEFAULT_OPTIONS, GradingOptions
+from autograder.protocol.helpers import servable
 from autograder.protocol.markers import MODEL_FUNCTIONS
 from autograder.trusted import core
 from autograder.trusted.core import (
@@ -60,6 +61,18 @@ STATUS_MESSAGES = {
 }
 # after "missing": why the name may be missing (a report that lists them once cuts it here)
 READ_PROBLEMS = " (problems while reading the submission: "
+
+
+def _unread_reason(function: str, response: dict, ready) -> str:
+    """Why `function` earns nothing: its code, or code it reaches, was compiled at run time (the
+    answer or the child's load report says where; hostile text, cut, and escaped where shown)."""
+    unread = ready.get("unread") if isinstance(ready, dict) else None
+    detail = response.get("why")
+    if not isinstance(detail, str):
+        detail = unread.get(function) if isinstance(unread, dict) else None
+    detail = f" ({detail[:400]})" if isinstance(detail, str) else ""
+    return (f"{function} is not graded: the code that would run is not the code the grader "
+            f"read{detail}; write plain Python in the submission's own text")
 
 
 @dataclass
@@ -130,10 +143,9 @@ def _sources(submission: Submission) -> list[str]:
     `__init__` and the files of its folder that its imports load (the sandbox shows that folder)."""
     if submission.kind == "units":
         return ["\n".join(source for _, source in unit["statements"]) for unit in submission.units]
-    if submission.kind == "py":  # its helpers lie flat beside it, named by file
-        def helpers(text: str, here: Path) -> list[str]:
-            return [p.name for p in _imported_files(text, here, here) if p.parent == here]
-        return _imported_texts([Path(submission.target).name], submission.files.get, helpers)
+    if submission.kind == "py":  # exactly the helpers the sandbox's finder may serve
+        main = Path(submission.target).name
+        return [submission.files[main]] + list(servable(submission.files, main).values())
     if submission.kind == "module" and submission.is_reference:
         return []
     folders = _visible_paths(submission)
@@ -241,6 +253,10 @@ class Grader:
         self.stages: dict[str, StageClient] = {}  # stage key -> the client of its child
         self.stage_failures: dict[str, str] = {}
         self.copied: dict[str, str] = {}  # graded function -> why it is not graded
+        # (origin, source text) of code the submission compiled at run time, and of the helper
+        # modules served to it, as its stage children reported them: evidence to read like its
+        # files (the grade itself never runs code it did not read: `_unread_reason`)
+        self.captured: list[tuple[str, str]] = []
         self.similar: dict = {}  # graded function -> `reference.Evidence` of its similarity
         self.practice: str | None = None  # why this grade is only a practice grade
         self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
@@ -364,6 +380,8 @@ class Grader:
         config = {"submission": self.submission.to_request(), "device": self.device,
                   "stage": stage, "paths": _visible_paths(self.submission),
                   "grading_reference": self.submission.is_reference,
+                  # an instructor's check of the solutions: code made at run time earns too
+                  "allow_unread": self.allow_reference,
                   "course": course_sources(None if self.submission.is_reference else stage)}
         # tier 2 has no network namespace: a stage with a data-parallel check gets its gloo
         # ranks forked and connected before the submission loads (`autograder.untrusted.ranks`)
@@ -397,6 +415,7 @@ class Grader:
                 self.stage_failures[stage] = f"the submission could not be loaded: {why}"
                 raise Fail(self.stage_failures[stage]) from None
         self.load_errors.extend(e for e in ready.get("errors", []) if e not in self.load_errors)
+        self._keep_captured(ready.get("captured"))
         self.stages[stage] = client
         return client
 
@@ -432,6 +451,8 @@ class Grader:
             self.broken[function] = str(exc)
             raise Fail(f"{function}: {exc}") from None
         status = response.get("status")
+        if status == "unread":
+            raise Fail(_unread_reason(function, response, getattr(runner, "ready", None)))
         if status in STATUS_MESSAGES:
             message_text = STATUS_MESSAGES[status].format(fn=function)
             if status == "missing" and self.load_errors:
@@ -439,6 +460,14 @@ class Grader:
                                  + "; ".join(map(plain_problem, self.load_errors[:3])) + ")")
             raise Fail(message_text)
         return response
+
+    def _keep_captured(self, captured) -> None:
+        """The source texts the stage child saw compiled at run time or served as helpers
+        (`autograder.untrusted.provenance`): hostile input, kept only as (origin, text) strings."""
+        for pair in captured if isinstance(captured, list) else []:
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair) \
+                    and tuple(pair) not in self.captured:
+                self.captured.append(tuple(pair))
 
     def _out_of_time_note(self) -> str:
         return (f"the whole grading ran past its time limit ({self.time_limit:g} s, "

@@ -18,7 +18,6 @@ import pkgutil
 from collections import Counter
 from dataclasses import dataclass
 
-from autograder.trusted.dynamic import dynamic_code
 from autograder.trusted.similarity import containment, fingerprints, kgram_lines, kgrams, tokens
 from course.parsing import parse
 from course.paths import ROOT
@@ -162,9 +161,8 @@ def course_sources(stage: str | None) -> dict[str, str]:
 
 # ---- copies: the reference in another form ---------------------------------------------------
 # The rule, for a student's grade (`--allow-reference` lifts it for an instructor's check):
-#  1. dynamic code anywhere in the submission (`autograder.trusted.dynamic`: exec, eval, compile,
-#     unpacking, reflection): none of its graded functions is graded, since the code that runs is
-#     not the code that was read;
+#  1. code built at run time is not read here: the stage child sees it happen, and grades nothing
+#     that runs code the grader did not read (`autograder.untrusted.provenance`);
 #  2. similarity to the reference is evidence for a person, not a score (MOSS, JPlag and
 #     Gradescope's similarity report work so). A definition that, with the functions of the
 #     submission it calls, holds more of a graded function's reference fingerprints
@@ -288,24 +286,6 @@ def with_callees(definition: ast.FunctionDef, by_name: dict) -> list[ast.Functio
     return list(seen.values())
 
 
-def _where(tree: ast.Module, line: int) -> str:
-    enclosing = [node.name for node in ast.walk(tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                 and node.lineno <= line <= (node.end_lineno or node.lineno)]
-    return f"in `{enclosing[-1]}`" if enclosing else f"at top level (line {line})"
-
-
-def _dynamic_reason(tree: ast.Module) -> str | None:
-    found = dynamic_code(tree)
-    if not found:
-        return None
-    named = "; ".join(f"{what} {_where(tree, line)}" for line, what in found[:3])
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return (f"the submission builds or reaches code at run time ({named}{more}): the code that "
-            "would run is not the code the grader read, so no graded function of it is graded; "
-            "write plain Python")
-
-
 def _best_holders(definitions: list[ast.FunctionDef], salt: str,
                   prints: dict[str, set[str]]) -> dict[str, tuple[float, ast.FunctionDef | None]]:
     by_name = {d.name: d for d in definitions}
@@ -385,9 +365,8 @@ def _matched_lines(name: str, holder: ast.FunctionDef, by_name: dict, texts: dic
 def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str], dict[str, Evidence]]:
     """({graded function: why it earns nothing}, {graded function: the evidence of its similarity
     to the reference} for each flagged one), read from `sources` (the submission's code, read,
-    never run: its notebooks, or a .py and the files it imports). Every graded function earns
-    nothing in a submission that builds code at run time; under `copies="zero"`, also each flagged
-    one at or above its threshold. A definition is read with the functions it calls from any of
+    never run: its notebooks, or a .py and the helpers it imports). Under `copies="zero"`, each
+    flagged one at or above its threshold earns nothing. A definition is read with the functions it calls from any of
     `sources`."""
     salt, prints = _stored_prints()
     refused: dict[str, str] = {}
@@ -399,10 +378,6 @@ def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str]
         lines = source.splitlines()
         everything += definitions
         texts.update({id(d): lines for d in definitions})
-        dynamic = _dynamic_reason(tree)
-        if dynamic:
-            for name in prints:
-                refused.setdefault(name, dynamic)
     by_name = {d.name: d for d in everything}
     evidence = {}
     for name, (share, holder) in _best_holders(everything, salt, prints).items():

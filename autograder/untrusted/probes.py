@@ -23,6 +23,7 @@ from autograder.protocol import wire
 from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
 from autograder.protocol.saved_bytes import SavedBytes
+from autograder.untrusted import ranks
 
 MAX_DEPTH = 6
 
@@ -36,6 +37,7 @@ class SubmissionState:
     device: str = "cpu"
     reference_calls: Counter = field(default_factory=Counter)
     patch: object = None  # context manager factory that installs call counters (in-process mode)
+    provenance: object = None  # the stage child's `autograder.untrusted.provenance.Provenance`
     ranks: list | None = None  # data-parallel ranks forked before the submission loaded (tier 2)
 
 
@@ -61,12 +63,17 @@ def to_plain(x, depth: int = 0):
     return {"__unsupported__": type(x).__name__}
 
 
+# bound at import, before any submission loads: patching torch's modules later changes neither
+_NO_SUBCLASS_FUNCTIONS = torch._C.DisableTorchFunctionSubclass
+_REQUIRES_GRAD = torch._C.TensorBase.requires_grad
+
+
 def _tensor_requires_grad(x: torch.Tensor) -> bool:
     """Autograd's own flag: a tensor subclass may override `requires_grad` (a property that says
     False) or intercept it in `__torch_function__`; the base class's descriptor, with torch
     functions of subclasses disabled, reads what autograd will do."""
-    with torch._C.DisableTorchFunctionSubclass():
-        return bool(torch._C.TensorBase.requires_grad.__get__(x))
+    with _NO_SUBCLASS_FUNCTIONS():
+        return bool(_REQUIRES_GRAD.__get__(x))
 
 
 def _requires_grad(x, prefix: str = "") -> dict:
@@ -97,8 +104,10 @@ def _given_head_calls() -> int:
 
 
 def _call_guarded(state: SubmissionState, name: str, fn):
-    """Run fn(); report delegation if the reference `name` was called meanwhile."""
+    """Run fn(); report delegation if the reference `name` was called meanwhile, and code the
+    grader did not read if the call made code at run time (`provenance.Provenance.events`)."""
     state.reference_calls.clear()
+    made = state.provenance.events if state.provenance else 0
     try:
         with state.patch() if state.patch else contextlib.nullcontext():
             result = fn()
@@ -106,6 +115,9 @@ def _call_guarded(state: SubmissionState, name: str, fn):
         result = exception_answer(exc)
     if state.reference_calls[name]:
         return {"status": "delegated"}
+    if state.provenance and state.provenance.events != made:
+        return {"status": "unread", "why": f"{name} made code at run time while it ran: "
+                                           f"{state.provenance.last_event}"}
     return result
 
 
@@ -195,8 +207,6 @@ def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
     are the child's own (`autograder.untrusted.ranks`: tier 2, forked before the submission
     loaded) where it has them, else forked here (tier 1's network namespace, a self-check)."""
     if state.ranks is not None:
-        from autograder.untrusted import ranks
-
         return {"status": "ok", "runs": ranks.run_on_ranks(state.ranks, request, _rank_result)}
     runs = request["runs"]
     world_size = len(runs)

@@ -11,7 +11,9 @@ and home, as that user; tier 2's private folder; say how it ended). It runs no s
 Each child drops to its own user id (no capabilities, no new privileges, at most NPROC processes),
 takes a seccomp filter and, in tier 2, Landlock (`autograder.untrusted.confine`),
 installs the `course` modules the grader sent it (the stage under test, and later stages, as stubs:
-see `autograder.trusted.reference.course_sources`), loads the submission, and answers probe requests:
+see `autograder.trusted.reference.course_sources`), loads the submission (compiling its text
+itself, under an audit hook, with the grader's modules out of its reach:
+`autograder.untrusted.provenance`), and answers probe requests:
 requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
 plain data in the format of `autograder.protocol.wire`, which the parent checks before it builds anything.
 Whatever the student's code prints goes to a log file, never to the grader's terminal.
@@ -41,30 +43,36 @@ from collections import Counter
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
 
-def _receive():
-    """The next request (a pickle from the trusted parent), or None when the parent closed stdin."""
-    from autograder.protocol import wire  # first imported here, before the submission is loaded
-
-    try:
-        return pickle.loads(wire.read_frame(0, None, cap=2**40))
-    except wire.Closed:
-        return None
-
-
-def _send(fd: int, message: dict) -> None:
-    """Answer in the wire format the parent decodes (`autograder.protocol.wire`), never a pickle."""
+def _channel():
+    """(receive, send), bound to the wire's functions now, before the submission loads: then the
+    grader's modules leave `sys.modules`, and nothing the loop calls is looked up by name.
+    receive(): the next request (a pickle from the trusted parent), None when it closed stdin;
+    send(fd, message): an answer in the wire format the parent decodes, never a pickle."""
     from autograder.protocol import wire
 
-    wire.write_frame(fd, wire.encode(message))
+    read_frame, write_frame, encode, closed, loads = (wire.read_frame, wire.write_frame,
+                                                      wire.encode, wire.Closed, pickle.loads)
+
+    def receive():
+        try:
+            return loads(read_frame(0, None, cap=2**40))
+        except closed:
+            return None
+
+    def send(fd: int, message: dict) -> None:
+        write_frame(fd, encode(message))
+
+    return receive, send
 
 
-def _exec_statements(unit: dict, errors: list) -> dict:
+def _exec_statements(unit: dict, errors: list, provenance) -> dict:
     module = types.ModuleType(f"submission_{unit['name'].split('.')[0]}")
     module.__file__ = unit["name"]
     sys.modules[module.__name__] = module
+    provenance.namespaces.append(vars(module))
     for label, source in unit["statements"]:
         try:
-            exec(compile(source, label, "exec"), module.__dict__)
+            exec(provenance.compile_read(source, label), module.__dict__)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
             errors.append(f"{label}: {type(exc).__name__}: {exc}")
     return vars(module)
@@ -98,10 +106,12 @@ class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 class HelperFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves a .py submission's helpers (`import helper` of a `helper.py` beside it) from the
-    text the grader sent: the sandbox shows none of the submission's folders."""
+    text the grader sent: the sandbox shows none of the submission's folders. Only the files its
+    import statements name, never in the place of a library module
+    (`autograder.protocol.helpers.servable`): the authorship rule reads the same files."""
 
-    def __init__(self, files: dict):
-        self.files = {name[:-3]: (name, text) for name, text in files.items()}
+    def __init__(self, helpers: dict):
+        self.files = {name[:-3]: (name, text) for name, text in helpers.items()}
 
     def find_spec(self, fullname, path=None, target=None):
         if path is None and fullname in self.files:
@@ -142,15 +152,37 @@ def _stand_in_for_selfcheck() -> None:
     (only definitions are read): here that import finds a stand-in whose `self_check` does
     nothing, in both tiers (tier 2 cannot even read the real module, which drives the grader)."""
     module = types.ModuleType("autograder.selfcheck")
-    module.self_check = lambda *args, **kwargs: None
+    # built in a namespace of its own: its globals lead nowhere in the grader
+    module.self_check = eval("lambda *args, **kwargs: None", {"__builtins__": {}})
     sys.modules[module.__name__] = module
 
 
+def _hide_grader() -> None:
+    """Take the grader's modules out of `sys.modules` (all but the self-check stand-in), and
+    this worker's `__main__`: no name or alias (`import sys as s; s.modules[...]`,
+    `import __main__`) reaches the objects that measure and answer for the submission. An
+    import of one finds nothing: the stand-in's package has no path."""
+    kept = sys.modules["autograder.selfcheck"]
+    package = types.ModuleType("autograder")
+    package.__path__ = []
+    package.selfcheck = kept
+    for name in [n for n in sys.modules if n.split(".")[0] in ("autograder", "__main__")]:
+        del sys.modules[name]
+    sys.modules.update({"autograder": package, "autograder.selfcheck": kept,
+                        "__main__": types.ModuleType("__main__")})
+
+
 def load(config: dict):
+    """The submission loaded, and what the grader needs to know of it: (state, errors, unread:
+    {graded function: why its code is not the code the grader read}, captured: [(origin, source
+    text)] compiled at run time or served as a helper)."""
     from autograder.protocol.answers import function_status
+    from autograder.protocol.helpers import servable
     from autograder.untrusted.probes import SubmissionState
+    from autograder.untrusted.provenance import Provenance
 
     _stand_in_for_selfcheck()
+    written = _written  # bound now: the submission's code runs in between
 
     submission, errors, counter = config["submission"], [], Counter()
     stage = config.get("stage")
@@ -163,36 +195,47 @@ def load(config: dict):
 
     sys.path[:0] = config.get("paths", [])
     install_course(config["course"], {"__reference_called__": reference_called})
+    from course.implementations import stand_in_for_stubs
     from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # as the grader sent it
     kind, target = submission["kind"], submission["target"]
+    allow_unread = bool(config.get("allow_unread"))  # --allow-reference
     if config.get("grading_reference"):
         functions = {name: getattr(importlib.import_module(HOME_MODULES[name]), name)
                      for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
-        return SubmissionState(functions, statuses, config["device"], counter), errors
+        return SubmissionState(functions, statuses, config["device"], counter), errors, {}, []
+    helpers = servable(submission["files"], os.path.basename(target)) if kind == "py" else {}
+    provenance = Provenance(config["course"], helpers)
+    provenance.read_helpers()
+    if kind == "py":  # its helpers are found where its folder would be: before the disk's modules
+        place = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+                     len(sys.meta_path))
+        sys.meta_path.insert(place, HelperFinder(helpers))
+    provenance.install()  # from here on, before any of the submission's code
+    _hide_grader()
     namespaces = []
     if kind == "module":
         try:
             namespaces.append(vars(importlib.import_module(target)))
         except BaseException as exc:
             errors.append(f"import {target}: {type(exc).__name__}: {exc}")
+        _read_modules(provenance, config.get("paths", []))
     elif kind == "py":
-        files = submission["files"]
-        # its helpers are found where its folder would be on sys.path: before the disk's modules
-        place = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
-                     len(sys.meta_path))
-        sys.meta_path.insert(place, HelperFinder(files))
         module = types.ModuleType("submission")
         module.__file__ = target
         sys.modules["submission"] = module
+        provenance.namespaces.append(vars(module))
         try:
-            exec(compile(files[os.path.basename(target)], target, "exec"), module.__dict__)
+            exec(provenance.compile_read(submission["files"][os.path.basename(target)], target),
+                 module.__dict__)
         except BaseException as exc:
             errors.append(f"{os.path.basename(target)}: {type(exc).__name__}: {exc}")
         namespaces.append(vars(module))
     else:
-        namespaces = [_exec_statements(unit, errors) for unit in submission["units"]]
-    functions, statuses = {}, {}
+        namespaces = [_exec_statements(unit, errors, provenance) for unit in submission["units"]]
+    provenance.namespaces += [vars(m) for m in list(sys.modules.values())
+                              if getattr(m, "__file__", None) in provenance.origins]
+    functions, statuses, unread = {}, {}, {}
     for name in GRADED_FUNCTIONS:
         if kind == "units":
             index = submission["providers"].get(name)
@@ -202,13 +245,28 @@ def load(config: dict):
         functions[name] = function
         statuses[name] = function_status(
             function, function is not None and getattr(function, "__grader_stub__", None) == name)
+        why = provenance.unread(function) if statuses[name] == "ok" and not allow_unread else None
+        if why:
+            statuses[name], unread[name] = "unread", why
     # a stage whose reference is a stub here (the stage under test and later ones, or one a
     # student edition has not revealed) runs on the submission's own version, where it has one
     # (not its unwritten release stub: then the stub's own message names the notebook to write)
-    from course.implementations import stand_in_for_stubs
     stand_in_for_stubs({n: f for n, f in functions.items()
-                        if statuses[n] == "ok" and _written(submission, n)}, namespaces)
-    return SubmissionState(functions, statuses, config["device"], counter), errors
+                        if statuses[n] == "ok" and written(submission, n)}, namespaces)
+    state = SubmissionState(functions, statuses, config["device"], counter,
+                            provenance=None if allow_unread else provenance)
+    return state, errors, unread, provenance.captured
+
+
+def _read_modules(provenance, paths: list[str]) -> None:
+    """An importable module's files (under `paths`, which the sandbox shows): read as text here,
+    so its code objects are the ones the grader's copy rule reads on its side."""
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and any(file.startswith(p + os.sep) for p in paths):
+            with contextlib.suppress(OSError, SyntaxError, ValueError, RecursionError):
+                with open(file, encoding="utf-8") as handle:
+                    provenance.compile_read(handle.read(), file)
 
 
 def _written(submission: dict, name: str) -> bool:
@@ -233,20 +291,22 @@ def serve(answer_fd: int, order: dict) -> None:
     from autograder.protocol.answers import exception_answer
     from autograder.untrusted.probes import handle, to_plain
 
-    config = _receive()
+    receive, send = _channel()
+    config = receive()
     spawned = _spawn_ranks(order, config, answer_fd) if order.get("ranks") else None
-    state, errors = load(config)
+    state, errors, unread, captured = load(config)
     state.ranks = spawned
-    _send(answer_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors})
+    send(answer_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors,
+                     "unread": unread, "captured": [list(pair) for pair in captured]})
     while True:
-        request = _receive()
+        request = receive()
         if request is None:
             break
         try:
             response = handle(state, request)
         except BaseException as exc:  # a probe must answer, whatever the submission did
             response = exception_answer(exc)
-        _send(answer_fd, to_plain(response))
+        send(answer_fd, to_plain(response))
 
 
 def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:
@@ -257,7 +317,7 @@ def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:
 
     def serve_rank(rank: int, request_fd: int, rank_answer_fd: int) -> None:
         os.close(answer_fd)
-        state, _ = load(config)
+        state = load(config)[0]
         ranks.serve_requests(request_fd, rank_answer_fd,
                              lambda request, shard: ddp_train_step(state, request, shard))
 
@@ -426,13 +486,13 @@ def _private_folder(setup: dict, uid: int) -> str | None:
 
 def template(control_fd: int, root: str) -> None:
     sys.path.insert(0, root)
-    setup = _receive()  # the template's configuration, on its stdin
+    setup = _channel()[0]()  # the template's configuration, on its stdin
     import torch
     import transformers  # noqa: F401  (loaded once here, shared by every child)
 
     from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
     from autograder.protocol.precision import use_ieee_float32
-    from autograder.untrusted import cleanup, confine, probes  # noqa: F401
+    from autograder.untrusted import cleanup, confine, probes, provenance  # noqa: F401
     if setup.get("landlock") is not None or setup.get("wipe"):
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)

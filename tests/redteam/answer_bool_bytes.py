@@ -5,7 +5,7 @@
 # says: a bool tensor with bytes other than 0 and 1
 import json
 
-from autograder.protocol import wire  # the worker's own encoder: code in the worker may replace it
+from _worker_wire import wire  # the worker's encoder, as code that took over the worker holds it
 
 
 def _answer(descriptor: list, tail: bytes) -> bytes:

@@ -3,7 +3,7 @@
 # functions: compute_entropy, estimate_kl
 # honest: 0
 # says: nested deeper than 24
-from autograder.protocol import wire  # the worker's own encoder: code in the worker may replace it
+from _worker_wire import wire  # the worker's encoder, as code that took over the worker holds it
 
 DEEP = 500_000
 BRACKETS = b'{"d": {"status": "ok", "output": ' + b"[" * DEEP + b"]" * DEEP + b"}}"

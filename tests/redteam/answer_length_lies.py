@@ -4,7 +4,7 @@
 # says: an answer of 4,611,686,018,427,387,904 bytes
 import os
 
-from autograder.protocol import wire  # the worker's own framing: code in the worker may replace it
+from _worker_wire import wire  # the worker's framing, as code that took over the worker holds it
 
 
 def _lie(fd, payload):

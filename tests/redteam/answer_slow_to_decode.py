@@ -6,7 +6,7 @@
 import os
 import time
 
-from autograder.protocol import wire  # the worker's own framing: code in the worker may replace it
+from _worker_wire import wire  # the worker's framing, as code that took over the worker holds it
 
 HEADER = b'{"d": {"status": "ok", "output": ' + b"7" * (2 * 10**6 - 100) + b"}}"
 

@@ -4,7 +4,7 @@
 # says: needs 2,251,799,813,685,248 bytes
 import json
 
-from autograder.protocol import wire  # the worker's own encoder: code in the worker may replace it
+from _worker_wire import wire  # the worker's encoder, as code that took over the worker holds it
 
 HEADER = json.dumps({"d": {"status": "ok", "output": {"T": ["float64", [2**24, 2**24]]},
                            "requires_grad": {"d": {"": False}}}}).encode()

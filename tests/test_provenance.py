@@ -1,0 +1,238 @@
+"""Provenance: the grader grades only code it read, sees code made at run time where it is made,
+and keeps its own measurements out of the submission's reach (`autograder.untrusted.provenance`,
+the stage child's loader in `autograder.untrusted.worker`); helpers are served only where the
+submission's imports name them (`autograder.protocol.helpers`).
+
+The stage child's audit hook cannot be removed and its loader takes the grader's modules out of
+`sys.modules`, so each load here runs in a fresh process (`_load`), the way a stage child does,
+without the sandbox; the sandboxed gradings of the attacks are tests/redteam/ (test_redteam.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.api import grade
+from autograder.protocol.helpers import is_library, servable
+from autograder.trusted.grader import _sources
+from autograder.trusted.isolation import sandbox_problem
+from course.submission import load_submission
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "autograder_cases"
+REDTEAM = ROOT / "tests" / "redteam"
+
+# a stage child's load and one probe call of compute_entropy, in a process of its own; prints
+# {"statuses", "unread", "errors", "captured", "call", "tensor", "report", "probes"} ("report": the
+# submission's REPORT global, plain data it gathered about what it could reach; "probes": the id
+# of the probes module that answers)
+DRIVER = """
+import json, sys
+from pathlib import Path
+import torch
+import autograder.untrusted.worker as worker
+from autograder.untrusted import probes
+from autograder.trusted.reference import course_sources
+from course.registry import STAGE_OF
+from course.submission import load_submission
+submission = load_submission(sys.argv[1], Path(sys.argv[1]).parent)
+stage = STAGE_OF["compute_entropy"]
+config = {"submission": submission.to_request(), "device": "cpu", "stage": stage, "paths": [],
+          "grading_reference": False, "course": course_sources(stage)}
+state, errors, unread, captured = worker.load(config)
+call = probes.handle(state, {"kind": "call", "function": "compute_entropy",
+                             "kwargs": {"logits": torch.zeros(2, 3)}})
+report = vars(sys.modules["submission"]).get("REPORT")
+print(json.dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
+                  "unread": unread, "errors": errors, "captured": captured, "report": report,
+                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict)},
+                  "tensor": type(call.get("output")) is torch.Tensor,
+                  "probes": id(probes)}))
+"""
+
+HONEST_ENTROPY = '''
+def compute_entropy(logits):
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+'''
+
+
+def _load(tmp_path: Path, text: str, **helpers: str) -> dict:
+    folder = tmp_path / "work"
+    folder.mkdir(exist_ok=True)
+    (folder / "submission.py").write_text(text)
+    for name, helper in helpers.items():
+        (folder / f"{name}.py").write_text(helper)
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(folder / "submission.py")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def test_helpers_are_the_files_the_imports_name_and_never_a_library_module():
+    files = {"main.py": "import helper\nimport stringprep\nfrom colorsys import hls_to_rgb\n"
+                        "import torch\n",
+             "helper.py": "from deeper import f\n", "deeper.py": "def f(): pass\n",
+             "unnamed.py": "X = 1\n", "stringprep.py": "X = 1\n", "colorsys.py": "X = 1\n",
+             "torch.py": "X = 1\n"}
+    assert list(servable(files, "main.py")) == ["helper.py", "deeper.py"]
+    assert is_library("stringprep") and is_library("colorsys") and is_library("torch")
+    assert is_library("course") and not is_library("helper")
+
+
+def test_the_copy_rule_reads_exactly_the_helpers_that_can_be_served():
+    idna = load_submission(str(REDTEAM / "helper_idna_stringprep" / "submission.py"), ROOT)
+    assert "stringprep.py" in idna.files and len(_sources(idna)) == 1  # never served, not read
+    honest = load_submission(str(CASES / "alt_full.py"), ROOT)
+    assert len(_sources(honest)) == 2 and "def build" in _sources(honest)[1]  # _impl.py
+
+
+# ---- what the grader calls was read ----------------------------------------------------------
+def test_honest_code_with_gc_inspect_dataclasses_and_logging_is_read(tmp_path):
+    loaded = _load(tmp_path, "import gc\nimport inspect\nimport logging\nimport torch\n"
+                             "from collections import namedtuple\nfrom dataclasses import dataclass\n"
+                             "from helper import scale\n"
+                             "Pair = namedtuple('Pair', 'a b')\n\n\n@dataclass\nclass Box:\n"
+                             "    x: object\n\n\nlogging.getLogger('x').warning('loading')\n"
+                             "gc.collect()\nSIGNATURE = str(inspect.signature(scale))\n"
+                             + HONEST_ENTROPY.replace("return -(", "return scale(Box(Pair(1, -(")
+                             .replace(".sum(dim=-1)", ".sum(dim=-1)).b).x)"),
+                   helper="def scale(x):\n    return x\n")
+    assert loaded["statuses"] == {"compute_entropy": "ok"} and loaded["unread"] == {}
+    assert loaded["errors"] == [] and loaded["call"]["status"] == "ok", loaded
+    served, *generated = loaded["captured"]  # and the text namedtuple wrote for it: evidence
+    assert served[0] == "the helper module helper.py, served"
+    assert all("_tuple_new" in text for _, text in generated), generated
+
+
+HEX = HONEST_ENTROPY.encode().hex()
+
+
+@pytest.mark.parametrize("attack", [
+    # builtins' exec reached through a bound method: no name any deny list holds
+    f"import torch\ngetattr(print.__self__, 'exec')(bytes.fromhex('{HEX}').decode())\n",
+    # compiled under the submission's own file name, its def on the line of a real one
+    "import torch\n\n\ndef compute_entropy(logits):\n    return logits\n\n\n"
+    f"exec(compile('\\n' * 3 + bytes.fromhex('{HEX}').decode(), __file__, 'exec'))\n",
+    # a function the submission wrote, calling one made at run time and kept in a dict
+    f"import torch\n_NS = {{'torch': torch}}\nexec(bytes.fromhex('{HEX}').decode(), _NS)\n\n\n"
+    "def compute_entropy(logits):\n    return _NS['compute_entropy'](logits)\n",
+    # ... or in a closure
+    f"import torch\n\n\ndef _make():\n    ns = {{'torch': torch}}\n"
+    f"    exec(bytes.fromhex('{HEX}').decode(), ns)\n    inner = ns['compute_entropy']\n\n"
+    "    def compute_entropy(logits):\n        return inner(logits)\n    return compute_entropy\n\n\n"
+    "compute_entropy = _make()\n",
+], ids=["print.__self__ exec", "forged file and line", "kept in a dict", "kept in a closure"])
+def test_a_graded_function_made_at_run_time_earns_nothing_and_its_text_is_captured(tmp_path,
+                                                                                    attack):
+    loaded = _load(tmp_path, attack)
+    assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
+    assert "not compiled from the submission's text" in loaded["unread"]["compute_entropy"]
+    assert loaded["call"] == {"status": "unread"}
+    assert any("log_softmax" in text and "submission.py line" in origin
+               for origin, text in loaded["captured"]), loaded["captured"]
+
+
+def test_code_made_while_a_graded_function_runs_earns_nothing(tmp_path):
+    loaded = _load(tmp_path, "import torch\n\n\ndef compute_entropy(logits):\n"
+                             f"    ns = {{'torch': torch}}\n    run = getattr(print.__self__, 'ex' + 'ec')\n"
+                             f"    run(bytes.fromhex('{HEX}').decode(), ns)\n"
+                             "    return ns['compute_entropy'](logits)\n")
+    assert loaded["statuses"] == {"compute_entropy": "ok"}  # what it runs is seen when it runs
+    assert loaded["call"]["status"] == "unread"
+    assert "made code at run time while it ran" in loaded["call"]["why"]
+
+
+# ---- the grader's objects are out of reach ---------------------------------------------------
+def test_no_alias_of_sys_or_main_reaches_the_grader(tmp_path):
+    loaded = _load(tmp_path, "import sys as _s\nfrom sys import modules\nimport __main__\n"
+                             "import torch\n"
+                             "REPORT = {'alias': [n for n in _s.modules if n.startswith('autograder.')],\n"
+                             "          'from': 'autograder.untrusted.probes' in modules,\n"
+                             "          'main': sorted(n for n in vars(__main__) if not n.startswith('__'))}\n"
+                             "try:\n    import autograder.untrusted.probes as fresh\n"
+                             "    REPORT['import'] = id(fresh)\nexcept ImportError as error:\n"
+                             "    REPORT['import'] = str(error)\n" + HONEST_ENTROPY)
+    imported = loaded["report"].pop("import")
+    assert loaded["report"] == {"alias": ["autograder.selfcheck"], "from": False, "main": []}
+    # where the grader's files can be read, an import makes a fresh copy, not the one answering
+    assert imported != loaded["probes"], loaded
+    assert loaded["call"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("reach", ["sys._getframe(1)", "inspect.currentframe()",
+                                   "inspect.stack()", "list(traceback.walk_stack(None))",
+                                   "gc.get_referrers(logits)", "gc.get_objects()",
+                                   "sys._current_frames()"])
+def test_frames_and_object_walks_are_refused_to_graded_code(tmp_path, reach):
+    loaded = _load(tmp_path, "import gc\nimport inspect\nimport sys\nimport traceback\n"
+                             "import torch\n\n\ndef compute_entropy(logits):\n"
+                             f"    found = {reach}\n    return logits.sum(-1)\n")
+    assert loaded["call"]["status"] == "error", loaded["call"]
+    assert "not available while grading" in loaded["call"]["message"]
+
+
+def test_what_the_library_does_with_frames_still_works(tmp_path):
+    loaded = _load(tmp_path, "import logging\nimport traceback\nimport typing\nimport torch\n\n\n"
+                             "def compute_entropy(logits):\n"
+                             "    logging.getLogger('x').warning('a warning finds its caller')\n"
+                             "    try:\n        raise ValueError('x')\n    except ValueError:\n"
+                             "        text = traceback.format_exc()\n"
+                             "    T = typing.TypeVar('T')\n"
+                             "    return logits.sum(-1) * (len(text) > 0)\n")
+    assert loaded["call"]["status"] == "ok", loaded["call"]
+
+
+# ---- sandboxed: honest work keeps its marks ---------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("tier", ["bubblewrap", "landlock"])
+def test_an_honest_submission_importing_gc_and_inspect_keeps_full_marks(tmp_path, tier):
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    shutil.copy(CASES / "_impl.py", tmp_path / "_impl.py")
+    (tmp_path / "honest.py").write_text("import gc\nimport inspect\n"
+                                        + (CASES / "alt_full.py").read_text())
+    graded = grade(str(tmp_path / "honest.py"), official=True, isolation=tier,
+                   probe_timeout=8.0)
+    failed = {n: r["output"][:300] for n, r in graded["results"].items() if r["status"] != "passed"}
+    assert graded["score"] == graded["max_score"] == 66, failed
+
+
+def test_rebinding_builtins_or_torch_changes_no_measurement(tmp_path):
+    """The probes keep their own builtins and torch's descriptors, bound before the submission
+    loads: a submission that rebinds `isinstance` in `builtins` (so no output looks like a
+    tensor) or torch's subclass switch changes only its own code."""
+    loaded = _load(tmp_path, "import builtins\nimport torch\n_real = builtins.isinstance\n"
+                             "builtins.isinstance = lambda x, t: False if t is torch.Tensor "
+                             "else _real(x, t)\n"
+                             "torch._C.DisableTorchFunctionSubclass = None\n"
+                             + HONEST_ENTROPY.replace("return -(", "return (lambda: 0) and -("))
+    assert loaded["call"]["status"] == "ok" and loaded["tensor"], loaded
+    assert loaded["call"]["requires_grad"] == {"": False}
+
+
+def test_a_tracer_is_refused_to_the_submission(tmp_path):
+    loaded = _load(tmp_path, "import sys\nimport torch\n\n\ndef compute_entropy(logits):\n"
+                             "    sys.settrace(lambda frame, event, arg: None)\n"
+                             "    return logits.sum(-1)\n")
+    assert loaded["call"]["status"] == "error"
+    assert "sys.settrace is not available while grading" in loaded["call"]["message"]
+
+
+def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_found(tmp_path):
+    loaded = _load(tmp_path, "import types\nimport torch\n"
+                             "fake = types.ModuleType('torch_helpers')\nfake.torch = torch\n"
+                             f"exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
+                             "PAD = {i: [] for i in range(30_000)}\n\n\n"
+                             "def compute_entropy(logits):\n"
+                             "    return fake.compute_entropy(logits) if PAD else None\n")
+    assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
+    why = loaded["unread"]["compute_entropy"]  # whichever it meets first: padding hides nothing
+    assert "'<string>'" in why or "too large to follow" in why, why
