@@ -308,7 +308,7 @@ def test_clean_up_walks_a_deep_chain_without_recursion_or_following_links():
     walk whatever happens: pytest's own clean-up of tmp_path recurses.)"""
     import tempfile
 
-    from autograder.untrusted import cleanup
+    from autograder.protocol import cleanup
 
     here = Path(tempfile.mkdtemp(prefix="test-cleanup-"))
     try:

@@ -6,4 +6,6 @@
 build the same object from it.
 `saved_bytes`: what autograd saves for backward, counted the same way on both sides.
 `precision`: float32 matmuls in IEEE float32, not TF32, on both sides (the tolerances assume it).
+`cleanup`: deleting and measuring a folder a submission wrote, by an iterative walk (the template
+after each child, the grader when a sandbox closes, the disk watchdog).
 """

@@ -30,8 +30,8 @@ import time
 if __name__ == "__main__":  # run as a script: the package is two folders up
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from autograder.protocol import cleanup  # noqa: E402
 from autograder.trusted.isolation import TMPFS_MB  # noqa: E402
-from autograder.untrusted import cleanup  # noqa: E402
 
 BUDGET = sum(TMPFS_MB.values()) * 2**20  # bytes: what tier 1 lets a grading write, 1,024 MiB
 INODES = 100_000  # files and folders in one stage's folder

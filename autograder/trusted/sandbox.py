@@ -7,7 +7,7 @@ holds, as a plain subprocess; where the machine lets it, the template and all it
 memory cgroup (`autograder.trusted.memory`); in tier 2 a disk watchdog runs beside it
 (`autograder.trusted.diskwatch`) and says why it stopped a child. When it closes, every process of
 its children's user ids is killed (tier 2 has no PID namespace that would end them) and its folders
-are deleted by an iterative walk (`autograder.untrusted.cleanup`); what could not be deleted is
+are deleted by an iterative walk (`autograder.protocol.cleanup`); what could not be deleted is
 kept in `cleanup_failures` (the grading is then incomplete). A `_reply` that does not come in time
 closes the sandbox ("overloaded"): the grader starts it again (`Grader._run`); a fork asked of a
 closed sandbox raises WorkerError too. `StageClient` is the grader's end of one stage's child,
@@ -36,9 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.protocol import wire
+from autograder.protocol import cleanup, wire
 from autograder.trusted import isolation, memory
-from autograder.untrusted import cleanup
 
 WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "untrusted" / "worker.py"
 DISK_WATCH = Path(__file__).resolve().with_name("diskwatch.py")
@@ -248,7 +247,7 @@ class Sandbox:
         if self.control is not None:
             self.control.close()
             self.control = None
-        # iterative and bounded (`autograder.untrusted.cleanup`): what a child left never raises here
+        # iterative and bounded (`autograder.protocol.cleanup`): what a child left never raises here
         left = [cleanup.empty(self.stages)] if self.stages is not None else []
         if not keep_folder:
             left += [cleanup.remove(self.private)] + \

@@ -372,7 +372,7 @@ def _wipe(uid: int, folders: list) -> str | None:
     """Delete what user `uid` left in `folders` (tier 1's shared /tmp, /dev/shm and home), as that
     user (the template may not delete others' files in a sticky /tmp): its own files only; why
     not, where something of its own stayed."""
-    from autograder.untrusted import cleanup
+    from autograder.protocol import cleanup
 
     read, write = os.pipe()
     pid = os.fork()
@@ -450,7 +450,7 @@ def _reap(pid: int, uid: int, grace: float, setup: dict, folder: str | None) -> 
             status = os.waitpid(pid, 0)[1]
         time.sleep(0.005)
     _collect_orphans()
-    from autograder.untrusted import cleanup
+    from autograder.protocol import cleanup
 
     left = cleanup.remove(folder) if folder else None  # iterative: a 3,000-deep chain is fine
     if setup.get("wipe"):
@@ -475,7 +475,7 @@ def _private_folder(setup: dict, uid: int) -> str | None:
     """Tier 2: a fresh folder only `uid` may use (its home and tmp), inside the grader's 0711 one."""
     if setup.get("landlock") is None:
         return None
-    from autograder.untrusted import cleanup
+    from autograder.protocol import cleanup
 
     folder = os.path.join(setup["landlock"]["stages"], str(uid))
     cleanup.remove(folder)  # a folder that stays makes the mkdir below fail, and the fork with it
@@ -490,9 +490,14 @@ def template(control_fd: int, root: str) -> None:
     import torch
     import transformers  # noqa: F401  (loaded once here, shared by every child)
 
-    from autograder.protocol import answers, markers, wire  # noqa: F401  (before any child)
+    from autograder.protocol import (  # noqa: F401  (before any child)
+        answers,
+        cleanup,  # noqa: F401
+        markers,
+        wire,
+    )
     from autograder.protocol.precision import use_ieee_float32
-    from autograder.untrusted import cleanup, confine, probes, provenance  # noqa: F401
+    from autograder.untrusted import confine, probes, provenance  # noqa: F401
     if setup.get("landlock") is not None or setup.get("wipe"):
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
