@@ -32,7 +32,7 @@ from autograder.trusted.grader import _sources  # noqa: E402
 from autograder.trusted.reference import COPY_THRESHOLD, definitions_in, reference_shares  # noqa: E402
 from autograder.trusted.similarity import resemblance  # noqa: E402
 from course.registry import GRADED_FUNCTIONS  # noqa: E402
-from course.submission import load_submission  # noqa: E402
+from course.submissions.reader import load_submission  # noqa: E402
 from instructor.classmates import PAIR_THRESHOLD, graded_prints  # noqa: E402
 
 HONEST = ["tests/autograder_cases/_impl.py", "tests/autograder_cases/alt_loops.py",

@@ -10,10 +10,8 @@ import os
 from pathlib import Path
 
 from course.cli import Parser, add_config_arguments
-from course.paths import EDITION_MARKER, ROOT
-from course.progress import bars_drawn
-from course.registry import STAGE_NAMED, STAGE_OF
-from course.train_config import (
+from course.loop.progress import bars_drawn
+from course.loop.train_config import (
     CHOICES,
     FLAG_ALIASES,
     ConfigError,
@@ -22,6 +20,8 @@ from course.train_config import (
     temperature_problem,
     validate,
 )
+from course.paths import EDITION_MARKER, ROOT
+from course.registry import STAGE_NAMED, STAGE_OF
 
 
 def stages_of(names: tuple[str, ...]) -> str:
@@ -62,8 +62,14 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as error:
         parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
 
-    from course import train as loop  # torch from here on; loaded before the learner's stand in
-    from course.implementations import StageNotWritten, load_implementations, missing_references
+    from course.loop import (
+        train as loop,  # torch from here on; loaded before the learner's stand in
+    )
+    from course.submissions.implementations import (
+        StageNotWritten,
+        load_implementations,
+        missing_references,
+    )
 
     if not bars_drawn():  # a log: no "Loading weights" bar of transformers' either
         from transformers.utils import logging as transformers_logging

@@ -8,7 +8,7 @@ writes into DIR:
     notebooks/                   nbgrader's student version of solutions/ (`instructor.release`)
     course/                      the support code (models, tasks, rollout, train, plotting, ...), the
                                  warm-start checkpoint, the reference run that notebook 08 compares
-                                 with (`course.reference_run`, recorded); the modules of every stage
+                                 with (`course.lab.reference_run`, recorded); the modules of every stage
                                  not revealed (its module and `helper_modules` in `course.registry`)
                                  are stubs that raise `StageNotRevealed`, naming the notebook to
                                  write it in

@@ -24,7 +24,7 @@ from autograder.trusted.reference import (
 )
 from autograder.trusted.similarity import K, containment, fingerprints, kgrams, tokens, winnow
 from course.registry import GRADED_FUNCTIONS
-from course.submission import load_submission
+from course.submissions.reader import load_submission
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"

@@ -32,10 +32,10 @@ from autograder.trusted.isolation import isolation_tier
 from autograder.trusted.reference import copied_references, course_sources
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
-from course.parsing import parse
 from course.paths import EDITION, FIXTURES, ROOT
 from course.registry import STAGE_OF
-from course.submission import Submission
+from course.submissions.parsing import parse
+from course.submissions.reader import Submission
 
 NO_FORK = ("skipped: this check forks data-parallel processes, and this Python has no os.fork "
            "(Windows); `pytest autograder` on Linux or macOS grades it")

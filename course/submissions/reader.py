@@ -33,8 +33,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.parsing import parse
 from course.registry import GRADED_FUNCTIONS
+from course.submissions.parsing import parse
 
 KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Bounds on the work a submission can make the grader do before anything runs. The course's
