@@ -127,8 +127,8 @@ def _distinctive_lines(name: str) -> list[str]:
     body = definition.body[1:] if isinstance(definition.body[0], ast.Expr) else definition.body
     own = _reference_source(name).splitlines()
     others = "\n".join(own[:definition.lineno - 1] + own[definition.end_lineno:] + [
-        path.read_text(encoding="utf-8") for path in sorted((REPO_ROOT / "course").glob("*.py"))
-        if path.stem != HOME_MODULES[name].split(".")[1]])
+        path.read_text(encoding="utf-8") for path in sorted((REPO_ROOT / "course").rglob("*.py"))
+        if path != REPO_ROOT / f"{HOME_MODULES[name].replace('.', '/')}.py"])
     lines = (line.strip() for line in own[body[0].lineno - 1:definition.end_lineno])
     return [line for line in lines if len(line) >= 30 and line not in others
             and not line.startswith(("#", '"', "f\"", "raise "))]
