@@ -1,6 +1,9 @@
 """The command line `python -m course.train`: its flags are `TrainConfig`'s fields, checked before
-torch loads (`course.cli`); then the loop runs with the reference's stages or, with `--notebooks`
-(and in a student edition, by default), the learner's own.
+torch loads (`course.cli`); then the loop (`course.loop.train`) runs with the reference's stages
+or, with `--notebooks` (and in a student edition, by default), the learner's own.
+
+    python -m course.train --out runs/grpo                      # one process
+    torchrun --nproc_per_node 2 -m course.train --out runs/dp   # data parallel (gloo on CPU)
 """
 
 from __future__ import annotations
@@ -96,3 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = loop.run_distributed(TrainConfig(**args), out, implementations, world_size)
     if summary:
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,9 +9,9 @@ writes into DIR:
     course/                      the support code (loop/: models, tasks, rollout, train, plotting;
                                  lab/; submissions/), the warm-start checkpoint, the reference run
                                  that notebook 08 compares with (`course.lab.reference_run`,
-                                 recorded); the modules of every stage not revealed (its module and `helper_modules` in `course.registry`)
-                                 are stubs that raise `StageNotRevealed`, naming the notebook to
-                                 write it in
+                                 recorded); the modules of every stage not revealed (its module
+                                 and `helper_modules` in `course.registry`) are stubs that raise
+                                 `StageNotRevealed`, naming the notebook to write it in
     autograder/                  the student-side autograder: the checks and their stored cases
                                  (fixtures/expected.pt), graded from stored cases only, without the
                                  reference (a PRACTICE grade); the copy detector's fingerprints as
