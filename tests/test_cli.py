@@ -129,8 +129,7 @@ def test_renamed_flags_still_work_for_one_release(capsys):
         parser.parse_args(["--kl-estimator", "4"])  # not a number the release before had
 
 
-@pytest.mark.parametrize("alias, target", [("autograder.fixtures", "instructor.fixtures"),
-                                           ("autograder.batch", "instructor.batch")])
+@pytest.mark.parametrize("alias, target", [("autograder.batch", "instructor.batch")])
 def test_a_moved_command_forwards_with_a_one_line_notice(alias, target):
     result = subprocess.run([sys.executable, "-m", alias, "--help"], capture_output=True, text=True,
                             timeout=120)
