@@ -12,7 +12,7 @@ from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from autograder.trusted.core import CHECKS
 from autograder.trusted.grader import ROOT
 from autograder.trusted.session import GradingSession
-from course.submission import MAX_NOTEBOOK_BYTES, MAX_PY_BYTES
+from course.submissions.reader import MAX_NOTEBOOK_BYTES, MAX_PY_BYTES
 
 
 def submission_problem(spec: str) -> str | None:

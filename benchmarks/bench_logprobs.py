@@ -95,7 +95,7 @@ def _score(method: str, model, input_ids, labels, chunk: int) -> torch.Tensor:
 
 def _setup(args: argparse.Namespace):
     """The model, inputs and per-token weights every method scores: seeded, the same in each process."""
-    from course.models import build_tiny_model
+    from course.loop.models import build_tiny_model
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from course.tiny_hf import build_bpe_tokenizer
+from course.loop.tiny_hf import build_bpe_tokenizer
 from course.train_step import grpo_train_step
 
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,

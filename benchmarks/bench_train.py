@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from course.train import TrainConfig, train
+from course.loop.train import TrainConfig, train
 
 COLUMNS = ("accuracy_before", "accuracy_after", "greedy_accuracy_before", "greedy_accuracy_after",
            "wall_seconds", "cpu_seconds")

@@ -1,9 +1,12 @@
 """GRPO, one stage at a time: the course's reference solutions.
 
-Pipeline order (one module per concept):
+Pipeline order (one module per concept, at the top of the package):
   tokenization → scoring → advantages → losses → off_policy → aggregation → train_step
-and the support modules models (tiny OLMo2 + tokenizer), metrics, distributed, tasks, rollout,
-train, plotting.
+with what they need beside them (chunked_head, metrics, distributed, variants, registry, paths) and
+`train`, the command line (`python -m course.train`). The support code is in sub-packages:
+`course.loop` (the trainer, the tiny OLMo2 and its tokenizer, tasks, rollouts, plotting),
+`course.lab` (notebook 08's experiments) and `course.submissions` (the learner's own notebooks,
+read without running them).
 Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
 The names load lazily (PEP 562 module `__getattr__`): `import course.cli` does not import torch,
 so a command line answers a usage error before torch loads.

@@ -13,3 +13,4 @@ EDITION_MARKER = "edition.json"  # written by `instructor.release --student-edit
 EDITION = ROOT / EDITION_MARKER  # its presence means: a student edition, graded from stored cases
 FIXTURES = ROOT / "autograder" / "fixtures" / "expected.pt"  # the stored cases (`instructor.fixtures`)
 SOLUTIONS = ROOT / "solutions"  # the instructor's notebooks (nbgrader source); not in an edition
+CHECKPOINTS = ROOT / "course" / "checkpoints"  # shipped weights and recorded runs (package data)

@@ -26,7 +26,7 @@ class Stage:
     # helpers of `module` that a later stage is given whole (notebook 07 calls
     # `calculate_loss_and_backward`, notebook 05's `compute_grpo_loss` stage 4's loss core): a
     # student edition keeps them where the stage is not revealed, and they call the learner's own
-    # graded functions (`course.implementations.stand_in_for_stubs`)
+    # graded functions (`course.submissions.implementations.stand_in_for_stubs`)
     given: tuple[str, ...] = ()
 
 

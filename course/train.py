@@ -1,6 +1,9 @@
 """The command line `python -m course.train`: its flags are `TrainConfig`'s fields, checked before
-torch loads (`course.cli`); then the loop runs with the reference's stages or, with `--notebooks`
-(and in a student edition, by default), the learner's own.
+torch loads (`course.cli`); then the loop (`course.loop.train`) runs with the reference's stages
+or, with `--notebooks` (and in a student edition, by default), the learner's own.
+
+    python -m course.train --out runs/grpo                      # one process
+    torchrun --nproc_per_node 2 -m course.train --out runs/dp   # data parallel (gloo on CPU)
 """
 
 from __future__ import annotations
@@ -9,10 +12,8 @@ import os
 from pathlib import Path
 
 from course.cli import INTERRUPTED, Parser, add_config_arguments, unwritable
-from course.paths import EDITION_MARKER, ROOT
-from course.progress import bars_drawn
-from course.registry import STAGE_NAMED, STAGE_OF
-from course.train_config import (
+from course.loop.progress import bars_drawn
+from course.loop.train_config import (
     CHOICES,
     FLAG_ALIASES,
     RUN_FILES,
@@ -22,6 +23,8 @@ from course.train_config import (
     temperature_problem,
     validate,
 )
+from course.paths import EDITION_MARKER, ROOT
+from course.registry import STAGE_NAMED, STAGE_OF
 
 
 def stages_of(names: tuple[str, ...]) -> str:
@@ -78,8 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
 
-    from course import train as loop  # torch from here on; loaded before the learner's stand in
-    from course.implementations import StageNotWritten, load_implementations, missing_references
+    from course.loop import (
+        train as loop,  # torch from here on; loaded before the learner's stand in
+    )
+    from course.submissions.implementations import (
+        StageNotWritten,
+        load_implementations,
+        missing_references,
+    )
 
     if not bars_drawn():  # a log: no "Loading weights" bar of transformers' either
         from transformers.utils import logging as transformers_logging
@@ -110,3 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     if summary:
         print(loop.result_text(summary, out))
     return INTERRUPTED if summary.get("interrupted") else 0
+
+
+if __name__ == "__main__":  # the flags are checked before torch loads (course.cli)
+    import sys
+
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # Ctrl-C while loading or evaluating; one in a step is the loop's
+        print("interrupted (Ctrl-C) outside the training steps: no summary written", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None

@@ -5,8 +5,8 @@ Each name is defined by the module that implements it: the advantage baselines a
 `course.advantages` (GRPO, Shao et al. 2024, arXiv 2402.03300; Dr. GRPO; MaxRL), the
 policy-gradient losses by `course.losses`, the KL estimators by `course.off_policy`, the loss
 normalizations by `course.aggregation` (GRPO's sequence mean, DAPO's token mean, Dr. GRPO's
-constant); the importance-sampling levels and modes by `course.importance`, the overlong handlings
-by `course.filters`, the weight precisions of a Hugging Face model by `course.models`.
+constant); the importance-sampling levels and modes by `course.loop.importance`, the overlong handlings
+by `course.loop.filters`, the weight precisions of a Hugging Face model by `course.loop.models`.
 """
 
 BASELINES = ("mean", "none")
@@ -16,8 +16,8 @@ KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `c
 # the numbers the release before named them by: `--kl-estimator 2` still means k3, for one release
 KL_ESTIMATOR_NUMBERS = dict(zip(("0", "1", "2", "3"), KL_ESTIMATORS))
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
-IS_LEVELS = ("token", "sequence", "geometric")  # see `course.importance.importance_weights`
+IS_LEVELS = ("token", "sequence", "geometric")  # see `course.loop.importance.importance_weights`
 IS_MODES = ("truncate", "mask")
-OVERLONG = ("none", "filter", "soft")  # see `course.filters`
-MODEL_DTYPES = ("float32", "bfloat16", "float16")  # see `course.models.load_pretrained`
-TASKS = ("addition", "gsm8k")  # see `course.tasks`, `course.gsm8k`
+OVERLONG = ("none", "filter", "soft")  # see `course.loop.filters`
+MODEL_DTYPES = ("float32", "bfloat16", "float16")  # see `course.loop.models.load_pretrained`
+TASKS = ("addition", "gsm8k")  # see `course.loop.tasks`, `course.loop.gsm8k`

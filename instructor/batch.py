@@ -135,7 +135,7 @@ def read_entry(entry: Path) -> tuple[dict[str, bytes], list[str]]:
     """({name: bytes} of what is graded, notes on what was skipped): a folder's notebooks (or its
     one .py), one .ipynb, or one .py (named `submission.py`: no name means anything). Everything
     is read from inside the entry, never through a link. EntryProblem when nothing can be."""
-    from course.submission import MAX_NOTEBOOK_BYTES, MAX_NOTEBOOKS
+    from course.submissions.reader import MAX_NOTEBOOK_BYTES, MAX_NOTEBOOKS
 
     try:
         mode = os.lstat(entry).st_mode

@@ -39,7 +39,7 @@ def graded_prints(target: str) -> dict[str, list[str]]:
     from autograder.trusted.reference import definitions_in, with_callees
     from course.paths import ROOT
     from course.registry import GRADED_FUNCTIONS
-    from course.submission import load_submission
+    from course.submissions.reader import load_submission
 
     definitions, bindings = [], {}
     for source in _sources(load_submission(target, ROOT)):

@@ -6,12 +6,12 @@ writes into DIR:
     README.md, pyproject.toml    how to install and work (`pip install -e .`), the same dependencies
                                  as the course minus the instructors' tools (nbgrader, latex2mathml)
     notebooks/                   nbgrader's student version of solutions/ (`instructor.release`)
-    course/                      the support code (models, tasks, rollout, train, plotting, ...), the
-                                 warm-start checkpoint, the reference run that notebook 08 compares
-                                 with (`course.reference_run`, recorded); the modules of every stage
-                                 not revealed (its module and `helper_modules` in `course.registry`)
-                                 are stubs that raise `StageNotRevealed`, naming the notebook to
-                                 write it in
+    course/                      the support code (loop/: models, tasks, rollout, train, plotting;
+                                 lab/; submissions/), the warm-start checkpoint, the reference run
+                                 that notebook 08 compares with (`course.lab.reference_run`,
+                                 recorded); the modules of every stage not revealed (its module
+                                 and `helper_modules` in `course.registry`) are stubs that raise
+                                 `StageNotRevealed`, naming the notebook to write it in
     autograder/                  the student-side autograder: the checks and their stored cases
                                  (fixtures/expected.pt), graded from stored cases only, without the
                                  reference (a PRACTICE grade); the copy detector's fingerprints as
@@ -193,7 +193,7 @@ Any torch the `pyproject.toml` range allows works.)
     jupyter lab notebooks/
 
 Work through the notebooks in order. Each graded function has a self-check cell right below it.
-The support code you may use is in `course/` (the tiny model, the tasks, rollouts, plotting,
+The support code you may use is in `course/loop/` (the tiny model, the tasks, rollouts, plotting,
 training). The reference of a stage is in `course/` only once your instructor reveals it; until
 then its functions raise `StageNotRevealed`, naming the notebook to write it in. A notebook that
 needs earlier stages uses their reference where it is revealed, else your own from their

@@ -4,7 +4,7 @@ import pytest
 import torch
 from skip_notes import tier2_note
 
-from course.models import build_tiny_model_and_tokenizer, build_tokenizer
+from course.loop.models import build_tiny_model_and_tokenizer, build_tokenizer
 
 # Small enough that a forward + backward over a (12, 12) batch takes milliseconds.
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}

@@ -19,7 +19,7 @@ from pathlib import Path
 from autograder.trusted.grader import _sources
 from autograder.trusted.reference import definitions_in, reference_shares
 from course.registry import GRADED_FUNCTIONS
-from course.submission import load_submission
+from course.submissions.reader import load_submission
 
 ROOT = Path(__file__).resolve().parent.parent
 HONEST_DIR = ROOT / "tests" / "honest"

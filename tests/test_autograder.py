@@ -343,7 +343,7 @@ def test_attack_diagnoses_name_what_happened(attack_grades):
 
 def _blank_notebook(path: Path) -> None:
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-              "source": "import torch\nfrom course.models import build_tokenizer\n"},
+              "source": "import torch\nfrom course.loop.models import build_tokenizer\n"},
              {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
               "source": "while True:\n    pass  # an exploration cell the grader must not run\n"},
              {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,

@@ -22,8 +22,8 @@ from autograder.trusted.core import CHECKS
 from autograder.trusted.grader import READ_PROBLEMS
 from autograder.trusted.isolation import sandbox_problem
 from course.cli import unwritable
+from course.loop.train_config import BOUNDS, MAX_SEED, MAX_THREADS, TrainConfig
 from course.registry import STAGE_NAMED
-from course.train_config import BOUNDS, MAX_SEED, MAX_THREADS, TrainConfig
 from instructor import batch, gradescope, release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,11 +63,11 @@ def test_unwritable_says_what_stands_in_the_way(tmp_path, read_only):
         == ["dangling", "file"]  # nothing made, nothing left behind
 
 
-@pytest.mark.parametrize("module", ["course.train", "course.compare", "course.warm_start",
-                                    "course.failure_runs", "course.reference_run"])
+@pytest.mark.parametrize("module", ["course.train", "course.lab.compare", "course.loop.warm_start",
+                                    "course.lab.failure_runs", "course.lab.reference_run"])
 @pytest.mark.parametrize("where", ["file", "read-only"])
 def test_an_out_that_cannot_be_written_is_refused_before_torch_loads(module, where, read_only):
-    if module == "course.reference_run":  # its --out is a file: a folder is what it cannot write
+    if module == "course.lab.reference_run":  # its --out is a file: a folder is what it cannot write
         where = "folder" if where == "file" else where
         out = ROOT / "course" if where == "folder" else read_only / "run.json"
     else:
@@ -137,9 +137,9 @@ def test_every_numeric_flag_has_a_bound_and_threads_and_seeds_an_upper_one():
     assert numeric == set(BOUNDS)
     too_high = [("--threads", "100000", MAX_THREADS),  # torch's thread pool: exit 139
                 ("--seed", str(2**64), MAX_SEED)]  # torch.manual_seed: an overflow traceback
-    for module in ("course.train", "course.compare"):
+    for module in ("course.train", "course.lab.compare"):
         for flag, value, bound in too_high:
-            flag = "--seeds" if module == "course.compare" and flag == "--seed" else flag
+            flag = "--seeds" if module == "course.lab.compare" and flag == "--seed" else flag
             result = run_main(module, flag, value)
             _one_line(result.stderr, f"{module}: error: argument {flag}: ",
                       f"must be <= {bound}, got {value}")
@@ -152,8 +152,8 @@ def test_every_numeric_flag_has_a_bound_and_threads_and_seeds_an_upper_one():
     (["--pg-methods", "grpo", "grpo"], "argument --pg-methods: grpo given twice"),
 ])
 def test_compare_refuses_no_steps_and_repeated_runs(argv, message):
-    result = run_main("course.compare", *argv)
-    _one_line(result.stderr, "course.compare: error: ", message)
+    result = run_main("course.lab.compare", *argv)
+    _one_line(result.stderr, "course.lab.compare: error: ", message)
     assert result.stdout.strip() == "exit 2; torch loaded: False"
 
 
@@ -202,7 +202,7 @@ def test_ctrl_c_in_compare_says_which_runs_are_whole(tmp_path):
     out = tmp_path / "compare"
     argv = ["--out", str(out), "--steps", "10000", *TINY_RUN, "--pg-methods", "grpo", "none",
             "--normalizations", "sequence"]
-    _, stderr = _interrupt("course.compare", argv, out / "grpo-sequence-seed0" / "metrics.jsonl",
+    _, stderr = _interrupt("course.lab.compare", argv, out / "grpo-sequence-seed0" / "metrics.jsonl",
                            1, tmp_path)
     assert stderr.strip().splitlines()[-1] == (
         f"interrupted (Ctrl-C) after 0 of 2 runs: their folders in {out} are whole, the next "

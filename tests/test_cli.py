@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from course.progress import PlainProgress, progress_bar
+from course.loop.progress import PlainProgress, progress_bar
 
 RUN_AS_MAIN = textwrap.dedent("""
     import runpy, sys
@@ -34,11 +34,11 @@ def run_main(module: str, *argv: str) -> subprocess.CompletedProcess:
     ("course.train", ["--prompts-per-step", "2", "--group-size", "2", "--gradient-accumulation-steps", "5"],
      "argument --gradient-accumulation-steps: (5) must be at most the 4 rollouts"),
     ("course.train", ["--stepz", "3"], "unrecognized arguments: --stepz 3"),
-    ("course.compare", ["--eval-problems", "0"], "argument --eval-problems: must be >= 1, got 0"),
-    ("course.compare", ["--seeds", "-1"], "argument --seeds: must be >= 0, got -1"),
-    ("course.warm_start", ["--lr", "0"], "argument --lr: must be > 0, got 0.0"),
-    ("course.warm_start", ["--threads", "x"], "argument --threads: expected int, got 'x'"),
-    ("course.reference_run", ["--out", "/no/such/folder/run.json"], "argument --out: /no/such/folder is not"),
+    ("course.lab.compare", ["--eval-problems", "0"], "argument --eval-problems: must be >= 1, got 0"),
+    ("course.lab.compare", ["--seeds", "-1"], "argument --seeds: must be >= 0, got -1"),
+    ("course.loop.warm_start", ["--lr", "0"], "argument --lr: must be > 0, got 0.0"),
+    ("course.loop.warm_start", ["--threads", "x"], "argument --threads: expected int, got 'x'"),
+    ("course.lab.reference_run", ["--out", "/no/such/folder/run.json"], "argument --out: /no/such/folder is not"),
 ])
 def test_a_usage_error_is_one_line_before_torch_loads(module, argv, message):
     result = run_main(module, *argv)
@@ -117,7 +117,7 @@ def test_a_terminal_gets_a_tqdm_bar_and_a_disabled_bar_writes_nothing():
 def test_renamed_flags_still_work_for_one_release(capsys):
     """`--loss` sets `pg_method`, and `--kl-estimator 2` (the old numbering) means k3, saying so."""
     from course.cli import Parser, add_config_arguments
-    from course.train_config import CHOICES, FLAG_ALIASES, TrainConfig, flag_types
+    from course.loop.train_config import CHOICES, FLAG_ALIASES, TrainConfig, flag_types
 
     parser = Parser(prog="python -m course.train")
     add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types(), aliases=FLAG_ALIASES)
@@ -129,8 +129,7 @@ def test_renamed_flags_still_work_for_one_release(capsys):
         parser.parse_args(["--kl-estimator", "4"])  # not a number the release before had
 
 
-@pytest.mark.parametrize("alias, target", [("course.release", "instructor.release"),
-                                           ("autograder.batch", "instructor.batch")])
+@pytest.mark.parametrize("alias, target", [("autograder.batch", "instructor.batch")])
 def test_a_moved_command_forwards_with_a_one_line_notice(alias, target):
     result = subprocess.run([sys.executable, "-m", alias, "--help"], capture_output=True, text=True,
                             timeout=120)

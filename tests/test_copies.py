@@ -36,7 +36,7 @@ from autograder.trusted.reference import (
 )
 from autograder.trusted.similarity import K, containment, fingerprints, kgrams, tokens, winnow
 from course.registry import GRADED_FUNCTIONS, POINTS, STAGE_OF
-from course.submission import load_submission
+from course.submissions.reader import load_submission
 from instructor.classmates import graded_prints, similar_pairs
 
 ROOT = Path(__file__).resolve().parent.parent

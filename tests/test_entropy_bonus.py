@@ -1,4 +1,4 @@
-"""The entropy bonus (`course.entropy_bonus`): with SGD(lr=1) the update is −∇(L − c · Agg(H)) of
+"""The entropy bonus (`course.loop.entropy_bonus`): with SGD(lr=1) the update is −∇(L − c · Agg(H)) of
 the naive objective (naive.full_batch_loss plus the float64 entropy of naive.entropy, aggregated by
 naive.aggregate), for every normalization and 1..B micro-batches, to 1e-10; a bonus whose entropy
 carries no gradient (the chunked head's, or a metric's under no_grad) misses it."""
@@ -17,11 +17,11 @@ from naive import (
     tokenize,
 )
 
-import course.entropy_bonus
+import course.loop.entropy_bonus
 from course import grpo_train_step
-from course.entropy_bonus import train_step_with_entropy_bonus
-from course.train import TrainConfig, train
-from course.train_cli import main
+from course.loop.entropy_bonus import train_step_with_entropy_bonus
+from course.loop.train import TrainConfig, train
+from course.train import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -79,9 +79,9 @@ def test_an_entropy_without_gradient_misses_the_check(make_model, tokenizer, mon
     model = make_model(torch.float64)
     old = make_old_log_probs(model, batch, tokenizer)
     expected = naive_update(model, tokenizer, batch, "token", old)
-    entropy_with_gradient = course.entropy_bonus.compute_entropy
+    entropy_with_gradient = course.loop.entropy_bonus.compute_entropy
     # the chunked head's entropy: the right value, no gradient (0 · z keeps the graph)
-    monkeypatch.setattr(course.entropy_bonus, "compute_entropy",
+    monkeypatch.setattr(course.loop.entropy_bonus, "compute_entropy",
                         lambda z: entropy_with_gradient(z.detach()) + 0 * z[..., 0])
     update, _ = bonus_step(make_model(torch.float64), tokenizer, batch, 2, "token", old)
     assert relative_difference(update, expected) > 0.01

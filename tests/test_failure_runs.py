@@ -1,4 +1,4 @@
-"""The recorded failure runs of notebook 08's lab (`course.failure_runs`): what ships, the command's
+"""The recorded failure runs of notebook 08's lab (`course.lab.failure_runs`): what ships, the command's
 argument errors, and a real (tiny) recording."""
 
 import json
@@ -9,7 +9,7 @@ import torch
 from naive import make_rollout_batch, reward_fn
 
 from course import grpo_train_step
-from course.failure_runs import (
+from course.lab.failure_runs import (
     HEALTHY,
     INJECTED,
     KEPT,
@@ -26,7 +26,7 @@ from course.failure_runs import (
     signature,
     write_run,
 )
-from course.plotting import WATCH, failure_panel
+from course.loop.plotting import WATCH, failure_panel
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -207,6 +207,6 @@ def test_the_command_records_a_tiny_run(tmp_path, name):
     assert ("microbatch_tokens" in run) == (name == "per_micro_batch")
     assert set(PER_STEP) <= set(run["records"][0]) and set(run["records"][0]) <= set(KEPT)
     assert 0 <= run["records"][0]["groups_with_signal"] <= 1
-    assert json.loads((tmp_path / f"{name}.json").read_text())["made_by"] == "python -m course.failure_runs"
+    assert json.loads((tmp_path / f"{name}.json").read_text())["made_by"] == "python -m course.lab.failure_runs"
     figure = failure_panel(run["records"], load_failure_run("healthy")["records"], "Run X")
     assert [axis.get_title() for axis in figure.axes] == [title for title, _ in WATCH]

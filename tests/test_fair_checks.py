@@ -215,7 +215,7 @@ def _cell(source: str, locked: bool) -> dict:
 @pytest.mark.parametrize("locked", [True, False])
 def test_a_graded_name_bound_in_a_locked_cell_is_not_the_students(tmp_path, locked):
     """The locked cell still runs (its helpers are needed), but its graded names are not graded."""
-    from course.submission import load_submission
+    from course.submissions.reader import load_submission
 
     given = "from course.scoring import get_response_log_probs\n\ndef helper():\n    return 1"
     cells = [_cell(given, locked), _cell("def compute_entropy(logits):\n    return logits", False)]

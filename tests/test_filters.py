@@ -1,4 +1,4 @@
-"""Dynamic sampling and overlong handling (course.filters): hand-worked cases, and the update through
+"""Dynamic sampling and overlong handling (course.loop.filters): hand-worked cases, and the update through
 the graded train step equal to the naive full-batch update of what the filter keeps, for
 gradient_accumulation_steps 1..4 and B (float64, SGD(lr=1), as tests/test_train_step.py).
 Under two gloo ranks: tests/test_filters_distributed.py."""
@@ -15,7 +15,7 @@ from naive import (
 )
 from test_train_step import _arguments, train_step
 
-from course.filters import (
+from course.loop.filters import (
     informative_groups,
     keep_groups,
     regroup_over_ranks,
@@ -23,8 +23,8 @@ from course.filters import (
     truncated_rows,
     with_soft_overlong_penalty,
 )
-from course.importance import as_sampler_log_probs
-from course.rollout import RolloutBatch
+from course.loop.importance import as_sampler_log_probs
+from course.loop.rollout import RolloutBatch
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -27,10 +27,10 @@ from naive import (
 from ranks import run_ranks
 
 from course import grpo_train_step
-from course.filters import informative_groups, keep_groups, regroup_over_ranks
-from course.importance import as_sampler_log_probs, importance_weights
-from course.models import build_tiny_model_and_tokenizer
-from course.rollout import RolloutBatch
+from course.loop.filters import informative_groups, keep_groups, regroup_over_ranks
+from course.loop.importance import as_sampler_log_probs, importance_weights
+from course.loop.models import build_tiny_model_and_tokenizer
+from course.loop.rollout import RolloutBatch
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -420,7 +420,7 @@ def test_a_notebook_of_nested_empty_lists_is_refused_in_bounded_memory(tmp_path)
     notebook.write_bytes(b'{"cells": [' + b"[]," * (16 * 2**20) + b'[]]}')
     script = ("import resource, sys\n"
               "from pathlib import Path\n"
-              "from course.submission import load_submission\n"
+              "from course.submissions.reader import load_submission\n"
               "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               f"loaded = load_submission({str(notebook)!r}, Path('.'))\n"
               "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
@@ -433,7 +433,7 @@ def test_a_notebook_of_nested_empty_lists_is_refused_in_bounded_memory(tmp_path)
 
 
 def test_json_values_bounds_what_the_parser_builds():
-    from course.submission import JSON_STRING, json_values
+    from course.submissions.reader import JSON_STRING, json_values
 
     text = json.dumps({"cells": [{"source": ["a, [b]", "{c}"]}, [], [1, 2]]}).encode()
     # outside strings 4 commas, 4 "[" and 2 "{" (10); inside them 1, 1 and 1 more. Under the

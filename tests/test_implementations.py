@@ -1,5 +1,5 @@
-"""course.implementations: the learner's own stages, read from notebooks, run a training loop;
-course.reference_run: the reference's run of notebook 08, recorded for student editions."""
+"""course.submissions.implementations: the learner's own stages, read from notebooks, run a training loop;
+course.lab.reference_run: the reference's run of notebook 08, recorded for student editions."""
 
 from __future__ import annotations
 
@@ -15,8 +15,17 @@ import torch
 
 import course
 import course.advantages
-import course.reference_run
-from course.implementations import (
+import course.lab.reference_run
+from course.lab.reference_run import (
+    NOTEBOOK_RUN,
+    RECORDED,
+    compared_fields,
+    recorded_config,
+    recorded_reference_run,
+)
+from course.loop.train import TrainConfig, train
+from course.registry import GRADED_FUNCTIONS
+from course.submissions.implementations import (
     StageNotWritten,
     earlier_stages,
     load_implementations,
@@ -24,16 +33,7 @@ from course.implementations import (
     reference_implementations,
     stand_in_for_stubs,
 )
-from course.reference_run import (
-    NOTEBOOK_RUN,
-    RECORDED,
-    compared_fields,
-    recorded_config,
-    recorded_reference_run,
-)
-from course.registry import GRADED_FUNCTIONS
-from course.train import TrainConfig, train
-from course.train_cli import edition_notebooks, main
+from course.train import edition_notebooks, main
 
 ROOT = course.advantages.__file__.rsplit("/course/", 1)[0]
 # two steps of 4 problems x 4 samples: enough for groups with mixed rewards, so the weights move
@@ -146,7 +146,7 @@ def test_the_learners_train_step_is_the_one_that_steps(tmp_path):
     train(SHORT_RUN, tmp_path / "still", progress=False, implementations=learner)
     train(SHORT_RUN, tmp_path / "moved", progress=False)
     still, moved = (torch.load(tmp_path / run / "policy.pt") for run in ("still", "moved"))
-    from course.models import load_model_and_tokenizer
+    from course.loop.models import load_model_and_tokenizer
 
     warm = load_model_and_tokenizer(TrainConfig().checkpoint)[0].state_dict()
     assert all(torch.equal(still[k], warm[k]) for k in warm)
@@ -267,9 +267,9 @@ def test_the_recorded_reference_run_is_still_what_the_reference_trains(tmp_path)
 
 
 def test_recording_needs_every_reference(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(course.reference_run, "missing_references", lambda: ("estimate_kl",))
+    monkeypatch.setattr(course.lab.reference_run, "missing_references", lambda: ("estimate_kl",))
     with pytest.raises(SystemExit) as exit_info:
-        course.reference_run.main(["--out", str(tmp_path / "run.json")])
+        course.lab.reference_run.main(["--out", str(tmp_path / "run.json")])
     assert exit_info.value.code == 2
     assert "estimate_kl is not here" in capsys.readouterr().err
     assert not (tmp_path / "run.json").exists()

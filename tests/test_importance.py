@@ -1,4 +1,4 @@
-"""IS-correction modes (course.importance): hand-worked weights, an independent loop implementation,
+"""IS-correction modes (course.loop.importance): hand-worked weights, an independent loop implementation,
 and the update through the graded train step equal to the naive full-batch loss with those weights,
 for gradient_accumulation_steps 1..4 and B (float64, SGD(lr=1), as tests/test_train_step.py)."""
 
@@ -16,7 +16,7 @@ from naive import (
 )
 from test_train_step import _arguments, train_step
 
-from course.importance import IS_LEVELS, IS_MODES, as_sampler_log_probs, importance_weights
+from course.loop.importance import IS_LEVELS, IS_MODES, as_sampler_log_probs, importance_weights
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 CAP = 1.5

@@ -1,14 +1,20 @@
 """The packages' layout, held: imports point one way, instructor -> autograder -> course.
 
     course/                what a learner installs and reads: imports nothing outside course/
+      the top               the seven stages, the registry and what they need: never a sub-package
+      submissions/         the notebook reader and the learner's own stages: the top only
+      loop/                the trainer, models, tasks, rollouts: the top and submissions/
+      lab/                 notebook 08's experiments: nothing else imports the lab
     autograder/            grades: imports course/, never instructor/
       trusted/             never imports untrusted/ (it never runs student code); nor the reverse:
       untrusted/           protocol/ is the only vocabulary the two sides share
       trusted/checks/      import trusted/core, never the grader that runs them
     instructor/            releases, deploys, grades a class: nothing imports it
 
-An import inside `if __name__ == "__main__":` is a program's entry point (`python -m course.train`
-runs `course.train_cli`), not a dependency of whoever imports the module, so it is not counted.
+The top is every module directly in `course/` but `course.train`, the one command every user runs
+(`python -m course.train`), which is the door into the loop.
+An import inside `if __name__ == "__main__":` is a program's entry point, not a dependency of
+whoever imports the module, so it is not counted.
 Every other import counts, at any depth (a function's own import is a dependency too).
 """
 
@@ -73,6 +79,14 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab")
+
+
+def _top(module: str) -> bool:
+    """A module of `course`'s top level (a stage, the registry, what they import), not the command."""
+    return _inside(module, "course") and module.count(".") <= 1 and module != "course.train"
+
+
 RULES = {
     "course imports nothing outside course": lambda a, b: _inside(a, "course") and not _inside(b, "course"),
     "nothing imports the instructor's package": lambda a, b: _inside(b, "instructor") and not _inside(a, "instructor"),
@@ -80,6 +94,10 @@ RULES = {
     "untrusted never imports trusted": lambda a, b: _inside(a, "autograder.untrusted") and _inside(b, "autograder.trusted"),
     "the checks never import the grader": lambda a, b: _inside(a, "autograder.trusted.checks") and b == "autograder.trusted.grader",
     "the grader never imports the self-check": lambda a, b: a == "autograder.trusted.grader" and b == "autograder.selfcheck",
+    "course's top never imports a sub-package": lambda a, b: _top(a) and any(_inside(b, p) for p in COURSE_PACKAGES),
+    "submissions never import the loop or the lab": lambda a, b: _inside(a, "course.submissions") and (
+        _inside(b, "course.loop") or _inside(b, "course.lab")),
+    "nothing imports the lab but the lab": lambda a, b: _inside(b, "course.lab") and not _inside(a, "course.lab"),
 }
 
 
@@ -134,5 +152,11 @@ def test_the_layout_test_sees_each_kind_of_violation():
     assert RULES["the checks never import the grader"]("autograder.trusted.checks.c", "autograder.trusted.grader")
     tree = ast.parse("if __name__ == '__main__':\n    import autograder\n")
     assert _entry_point(tree.body[0])
-    assert "course.train_cli" not in EDGES["course.train"]  # its __main__ block only
-    assert "course.train_config" in EDGES["course.train_cli"]
+    planted_rules = {("course.train_step", "course.loop.models"): "course's top never imports a sub-package",
+                     ("course.submissions.reader", "course.loop.rollout"): "submissions never import the loop or the lab",
+                     ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab"}
+    for (a, b), rule in planted_rules.items():
+        assert RULES[rule](a, b), rule
+    assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")
+    assert "course.loop.train" in EDGES["course.train"]  # the command's door into the loop
+    assert "course.train" not in EDGES["course.loop.train"]  # one way: the loop knows no command

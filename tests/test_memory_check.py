@@ -4,7 +4,7 @@ import torch
 
 from autograder.protocol.saved_bytes import SavedBytes
 from course import get_response_log_probs
-from course.models import build_tiny_model
+from course.loop.models import build_tiny_model
 
 
 def _saved_bytes(model, input_ids, labels, chunk):

@@ -264,7 +264,7 @@ def invented(ctx) -> None:
 def test_training_curves_are_legible(tmp_path):
     from matplotlib.text import Text
 
-    from course.plotting import COURSE_STYLE, PANELS, _training_curves
+    from course.loop.plotting import COURSE_STYLE, PANELS, _training_curves
 
     keys = [key for _, _, panel in PANELS for key in panel]
     records = [{"step": step, **{key: 0.0 if key == "clip_fraction" else 0.1 * step for key in keys}}

@@ -22,7 +22,7 @@ from autograder.api import grade
 from autograder.protocol.helpers import is_library, servable
 from autograder.trusted.grader import _sources
 from autograder.trusted.isolation import sandbox_problem
-from course.submission import load_submission
+from course.submissions.reader import load_submission
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"
@@ -40,7 +40,7 @@ import autograder.untrusted.worker as worker
 from autograder.untrusted import probes
 from autograder.trusted.reference import course_sources
 from course.registry import STAGE_OF
-from course.submission import load_submission
+from course.submissions.reader import load_submission
 submission = load_submission(sys.argv[1], Path(sys.argv[1]).parent)
 stage = STAGE_OF["compute_entropy"]
 config = {"submission": submission.to_request(), "device": "cpu", "stage": stage, "paths": [],

@@ -106,9 +106,9 @@ def test_the_install_cell_brings_the_course_into_a_fresh_runtime(tmp_path):
     assert "keeping the runtime's torch 2.13.0" in ran.stdout
     assert f"this kernel imports {venv}" in ran.stdout  # no restart needed
     check = ("import course, torch, json\n"
-             "from course.tiny_hf import build_bpe_tokenizer, build_tiny_causal_lm, synthetic_gsm8k\n"
-             "from course.tiny_hf import write_jsonl\n"
-             "from course.train import TrainConfig, train\n"
+             "from course.loop.tiny_hf import build_bpe_tokenizer, build_tiny_causal_lm, synthetic_gsm8k\n"
+             "from course.loop.tiny_hf import write_jsonl\n"
+             "from course.loop.train import TrainConfig, train\n"
              "records = synthetic_gsm8k(40, seed=1)\n"
              "tok = build_bpe_tokenizer([r['question'] + '\\n' + r['answer'] for r in records], 400)\n"
              "build_tiny_causal_lm('qwen2', tok, hidden_size=32, heads=4).save_pretrained('m')\n"

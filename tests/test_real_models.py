@@ -1,6 +1,6 @@
 """Real Hugging Face models without a GPU or a download: tiny Qwen2, Qwen3, Llama, OLMo2 and Gemma
 built from their configs, with a byte-level BPE tokenizer trained in code, saved and read back
-through `AutoModelForCausalLM.from_pretrained` (`course.models.load_pretrained`).
+through `AutoModelForCausalLM.from_pretrained` (`course.loop.models.load_pretrained`).
 
 Checked: the loading path (offline; a hub id is refused without --allow-download), the chunked
 head equal to the plain head on each family it covers (and a clear refusal on the others), a few
@@ -16,12 +16,17 @@ import nbformat
 import pytest
 import torch
 
-from course.gsm8k import GSM8KTask, load_gsm8k_jsonl
-from course.models import chat_prompt, load_pretrained
+from course.loop.gsm8k import GSM8KTask, load_gsm8k_jsonl
+from course.loop.models import chat_prompt, load_pretrained
+from course.loop.tiny_hf import (
+    build_bpe_tokenizer,
+    build_tiny_causal_lm,
+    synthetic_gsm8k,
+    write_jsonl,
+)
+from course.loop.train import TrainConfig, train
 from course.scoring import get_response_log_probs
-from course.tiny_hf import build_bpe_tokenizer, build_tiny_causal_lm, synthetic_gsm8k, write_jsonl
-from course.train import TrainConfig, train
-from course.train_cli import main
+from course.train import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the hub

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from course.models import build_tiny_model_and_tokenizer
-from course.rollout import (
+from course.loop.models import build_tiny_model_and_tokenizer
+from course.loop.rollout import (
     RowSeededGumbelSampler,
     evaluate,
     generate,
@@ -13,7 +13,7 @@ from course.rollout import (
     score_tokens,
     tokenize_rollouts,
 )
-from course.tasks import Problem, format_prompt, make_problems
+from course.loop.tasks import Problem, format_prompt, make_problems
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -176,7 +176,7 @@ def test_the_train_step_scores_pi_theta_at_the_sampling_temperature(model_and_to
                                                                     ratio_is_one):
     # On-policy, π_θ = π_old: the ratio is 1 only when the train step scores π_θ at the τ the
     # old log-probs were taken at.
-    from course.tasks import r1_zero_reward_fn
+    from course.loop.tasks import r1_zero_reward_fn
     from course.train_step import grpo_train_step
 
     model, tokenizer = model_and_tokenizer

@@ -497,7 +497,7 @@ def test_pasted_copies_are_caught_and_independent_work_is_not():
     from autograder.trusted.grader import _sources
     from autograder.trusted.reference import COURSE_DIR, THRESHOLDS, copied_references
     from course.registry import HOME_MODULES
-    from course.submission import load_submission
+    from course.submissions.reader import load_submission
 
     zeroed = {name for name, threshold in THRESHOLDS.items() if threshold is not None}
     whole_reference = [p.read_text() for p in COURSE_DIR.glob("*.py")]  # flagged, not refused:
@@ -542,17 +542,17 @@ print(result["score"], result["max_score"], late)
 
 
 def test_the_template_holds_the_plotting_modules_and_never_a_graded_one(monkeypatch):
-    """The template imports course.models and course.plotting (the notebooks' plots) once for
+    """The template imports course.loop.models and course.loop.plotting (the notebooks' plots) once for
     every child; a graded module among what they import would put its reference in every child,
     so it refuses to start and names the module."""
     from autograder.trusted import reference
     from course.registry import STAGE_MODULES
 
     held = reference.template_sources()
-    assert {"course.models", "course.plotting"} <= set(held) and not set(held) & set(STAGE_MODULES)
+    assert {"course.loop.models", "course.loop.plotting"} <= set(held) and not set(held) & set(STAGE_MODULES)
     sources = reference.course_sources
     monkeypatch.setattr(reference, "course_sources", lambda stage: {
-        **sources(stage), "course.plotting": "from course.losses import clipped_surrogate\n"})
+        **sources(stage), "course.loop.plotting": "from course.losses import clipped_surrogate\n"})
     with pytest.raises(RuntimeError, match=r"graded modules \['course.losses'\]"):
         reference.template_sources()
 

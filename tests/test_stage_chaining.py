@@ -3,7 +3,7 @@
 An official grade (the full package) runs a student's train step on the reference of every earlier
 stage, so a bug in stage 3 costs points in stage 3 only. In a student edition, where stage 3's
 reference is a stub, the train step runs on the student's own stage 3 (the worker puts it where the
-stub stood: `course.implementations.stand_in_for_stubs`), so the practice grade of stage 7 reflects
+stub stood: `course.submissions.implementations.stand_in_for_stubs`), so the practice grade of stage 7 reflects
 the code the student would really train with.
 """
 

@@ -25,8 +25,8 @@ from test_notebooks import shorten_notebook_08
 
 from autograder.trusted.reference import FLAG_AT, reference_prints
 from autograder.trusted.similarity import containment, kgrams, tokens
+from course.lab.reference_run import RECORDED
 from course.paths import ROOT as REPO_ROOT
-from course.reference_run import RECORDED
 from course.registry import HOME_MODULES, REGISTRY, STAGE_MODULES, STAGE_NAMED
 from instructor.release import main as release
 
@@ -127,8 +127,8 @@ def _distinctive_lines(name: str) -> list[str]:
     body = definition.body[1:] if isinstance(definition.body[0], ast.Expr) else definition.body
     own = _reference_source(name).splitlines()
     others = "\n".join(own[:definition.lineno - 1] + own[definition.end_lineno:] + [
-        path.read_text(encoding="utf-8") for path in sorted((REPO_ROOT / "course").glob("*.py"))
-        if path.stem != HOME_MODULES[name].split(".")[1]])
+        path.read_text(encoding="utf-8") for path in sorted((REPO_ROOT / "course").rglob("*.py"))
+        if path != REPO_ROOT / f"{HOME_MODULES[name].replace('.', '/')}.py"])
     lines = (line.strip() for line in own[body[0].lineno - 1:definition.end_lineno])
     return [line for line in lines if len(line) >= 30 and line not in others
             and not line.startswith(("#", '"', "f\"", "raise "))]
@@ -159,8 +159,8 @@ def test_no_unrevealed_reference_anywhere_in_the_edition(edition):
         assert all(any(line.encode() in data for data in blobs.values()) for line in _distinctive_lines(name))
     assert not (edition / "solutions").exists() and not (edition / "tests").exists()
     assert not (edition / "instructor").exists()  # no instructor's code at all
-    # the one-release alias of the release command is there, and says it is not for this install
-    alias = subprocess.run([sys.executable, "-m", "course.release"], cwd=edition,
+    # an instructor's command's one-release alias is there, and says it is not for this install
+    alias = subprocess.run([sys.executable, "-m", "autograder.batch"], cwd=edition,
                            env={**os.environ, "PYTHONPATH": str(edition)}, capture_output=True, text=True)
     assert alias.returncode == 2 and "a student edition leaves it out" in alias.stderr, alias.stderr
     # the revealed stages' reference is there, whole; the others are stubs that say what to do

@@ -2,8 +2,8 @@
 
 import pytest
 
-from course.models import build_tokenizer
-from course.tasks import (
+from course.loop.models import build_tokenizer
+from course.loop.tasks import (
     Problem,
     format_prompt,
     format_response,

@@ -8,21 +8,21 @@ import pytest
 import torch
 
 from course.cli import field_help
-from course.compare import main as compare_main
-from course.models import load_model_and_tokenizer
-from course.plotting import read_metrics
-from course.rollout import evaluate
-from course.tasks import make_problems
-from course.train import (
+from course.lab.compare import main as compare_main
+from course.loop.models import load_model_and_tokenizer
+from course.loop.plotting import read_metrics
+from course.loop.rollout import evaluate
+from course.loop.tasks import make_problems
+from course.loop.train import (
     EVAL_SEED,
     WARM_START,
     TrainConfig,
     train,
 )
-from course.train_cli import main
-from course.train_config import RUN_FILES
+from course.loop.train_config import RUN_FILES
+from course.loop.warm_start import WarmStartConfig, train_warm_start
+from course.train import main
 from course.variants import LOSS_NORMALIZATIONS, PG_METHODS
-from course.warm_start import WarmStartConfig, train_warm_start
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -204,7 +204,7 @@ def test_a_cuda_run_trains_and_saves_cpu_weights(tmp_path):
     assert all(t.device.type == "cpu" for t in torch.load(tmp_path / "policy.pt").values())
 
 
-# ----------------------------------------------------------------------------- course.compare
+# ----------------------------------------------------------------------------- course.lab.compare
 
 TINY_COMPARE = ["--steps", "2", "--prompts-per-step", "2", "--group-size", "2", "--eval-problems", "4",
                 "--eval-samples", "1", "--eval-every", "1"]

@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from course.models import load_model_and_tokenizer
-from course.plotting import read_metrics
-from course.train import TrainConfig, train
+from course.loop.models import load_model_and_tokenizer
+from course.loop.plotting import read_metrics
+from course.loop.train import TrainConfig, train
 
 ARGS = dict(steps=3, prompts_per_step=4, group_size=4, eval_problems=8, eval_samples=1, eval_every=0,
             lr=1e-4, seed=2)

@@ -29,7 +29,7 @@ from naive import (
 from ranks import run_ranks
 
 from course import grpo_train_step
-from course.models import build_tiny_model_and_tokenizer
+from course.loop.models import build_tiny_model_and_tokenizer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -54,7 +54,7 @@ _tokenizer = None
 def build_tokenizer():
     global _tokenizer
     if _tokenizer is None:
-        from course.models import build_tokenizer as build
+        from course.loop.models import build_tokenizer as build
         _tokenizer = build()
     return _tokenizer
 
@@ -65,14 +65,14 @@ _bpe_tokenizer = None
 def build_bpe_tokenizer():
     global _bpe_tokenizer
     if _bpe_tokenizer is None:
-        from course.tiny_hf import build_bpe_tokenizer as build
+        from course.loop.tiny_hf import build_bpe_tokenizer as build
         _bpe_tokenizer = build(list(BPE_TEXTS) * 3, vocab_size=160)
     return _bpe_tokenizer
 
 
 # The graded functions whose checks send a model marker. A grading that checks none of them starts
 # its template without transformers' modeling code (~2 s of imports); a child that builds a model
-# all the same imports it itself (`course.models.build_tiny_model`): slower, and as right.
+# all the same imports it itself (`course.loop.models.build_tiny_model`): slower, and as right.
 MODEL_FUNCTIONS = ("get_response_log_probs", "grpo_train_step")
 
 
@@ -86,7 +86,7 @@ _BUILD_LOCK = threading.Lock()
 
 
 def build_model(seed: int, dtype: str, device: str = "cpu", vocab_size: int | None = None):
-    from course.models import build_tiny_model
+    from course.loop.models import build_tiny_model
     tokenizer = build_tokenizer()
     with _BUILD_LOCK:
         model = build_tiny_model(vocab_size=vocab_size or len(tokenizer), pad_token_id=tokenizer.pad_token_id,

@@ -42,10 +42,10 @@ from autograder.trusted.reference import authorship, course_sources
 from autograder.trusted.report import SIMILARITY_TITLE, similarity_lines
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
-from course.parsing import parse
 from course.paths import EDITION, FIXTURES, ROOT
 from course.registry import STAGE_OF
-from course.submission import Submission
+from course.submissions.parsing import parse
+from course.submissions.reader import Submission
 
 NO_FORK = ("skipped: this check forks data-parallel processes, and this Python has no os.fork "
            "(Windows); `pytest autograder` on Linux or macOS grades it")

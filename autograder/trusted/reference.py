@@ -19,9 +19,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from autograder.trusted.similarity import containment, fingerprints, kgram_lines, kgrams, tokens
-from course.parsing import parse
 from course.paths import ROOT
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
+from course.submissions.parsing import parse
 
 
 def reference(name: str):
@@ -150,8 +150,9 @@ def course_sources(stage: str | None) -> dict[str, str]:
     """{module name: source} of `course`; graded modules of `stage` and later stages stubbed
     (stage None: the whole reference, for grading `course` itself)."""
     sources = {}
-    for path in sorted(COURSE_DIR.glob("*.py")):
-        name = "course" if path.stem == "__init__" else f"course.{path.stem}"
+    for path in sorted(COURSE_DIR.rglob("*.py")):
+        parts = ("course", *path.relative_to(COURSE_DIR).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # a sub-package: its __init__
         source = path.read_text(encoding="utf-8")
         if stage is not None and MODULE_STAGE.get(name, 0) >= STAGE_NUMBER[stage]:
             source = stubbed(source)
@@ -310,10 +311,11 @@ def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
 
 def template_sources() -> dict[str, str]:
     """{module: source} for the sandbox's template, which builds the model and tokenizer once and
-    imports the notebooks' plotting: `course.models`, `course.plotting` and the `course` modules
-    they import at their top level, transitively, with an empty `course` package. No graded module
-    may be among them (the template's modules outlive it in every child), so one that is raises."""
-    sources, wanted, todo = course_sources(None), set(), ["course.models", "course.plotting"]
+    imports the notebooks' plotting: `course.loop.models`, `course.loop.plotting` and the `course` modules
+    they import at their top level, transitively, with an empty `course` package and the
+    sub-packages that hold them. No graded module may be among them (the template's modules outlive
+    it in every child), so one that is raises."""
+    sources, wanted, todo = course_sources(None), set(), ["course.loop.models", "course.loop.plotting"]
     while todo:
         name = todo.pop()
         if name in wanted or name not in sources:
@@ -324,6 +326,8 @@ def template_sources() -> dict[str, str]:
                 todo.append(node.module)
             elif isinstance(node, ast.Import):
                 todo.extend(a.name for a in node.names if a.name.startswith("course."))
+        if name.count(".") > 1:  # a sub-package's module: the sub-package loads first
+            todo.append(name.rsplit(".", 1)[0])
     graded = wanted & set(STAGE_MODULES)
     if graded:
         raise RuntimeError(f"the template's modules import graded modules {sorted(graded)}: the "

@@ -101,7 +101,7 @@ class Sandbox:
         # the template imports transformers' modeling code as it starts (`Grader.expect`: not
         # when the grading checks no function that builds a model)
         self.models = True
-        # and the notebooks' plotting (course.plotting, matplotlib): a notebook submission's
+        # and the notebooks' plotting (course.loop.plotting, matplotlib): a notebook submission's
         # every stage imports it; a .py or a module seldom does (`Grader.expect`)
         self.plots = True
 

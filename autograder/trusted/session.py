@@ -15,7 +15,7 @@ from pathlib import Path
 from autograder.options import DEFAULT_OPTIONS, GradingOptions
 from autograder.trusted.grader import ROOT, Grader
 from autograder.trusted.sentinel import Sentinel
-from course.submission import load_submission
+from course.submissions.reader import load_submission
 
 
 def resolve_device(device: str) -> str:

@@ -87,18 +87,23 @@ class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname in self.sources:
-            return importlib.util.spec_from_loader(fullname, self, is_package=fullname == "course")
+            return importlib.util.spec_from_loader(fullname, self, is_package=self._package(fullname))
         if fullname.startswith("course."):
             raise ModuleNotFoundError(f"No module named {fullname!r} (not available while grading)")
         return None
+
+    def _package(self, name: str) -> bool:
+        """`course` and its sub-packages (`course.loop`): the names other modules are under."""
+        return name == "course" or any(other.startswith(name + ".") for other in self.sources)
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module) -> None:
         name = module.__name__
-        module.__file__ = f"<course>/{'__init__' if name == 'course' else name[7:]}.py"
-        if name == "course":
+        parts = name.split(".")[1:] + (["__init__"] if self._package(name) else [])
+        module.__file__ = f"<course>/{'/'.join(parts)}.py"
+        if self._package(name):
             module.__path__ = []
         module.__dict__.update(self.extra_globals)
         exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
@@ -142,9 +147,10 @@ def install_course(sources: dict, extra_globals: dict | None = None) -> None:
     for name in [n for n in sys.modules if n == "course" or n.startswith("course.")]:
         del sys.modules[name]
     sys.modules.update(kept)
-    package = importlib.import_module("course")
-    for name, module in kept.items():
-        setattr(package, name.removeprefix("course."), module)
+    importlib.import_module("course")
+    for name, module in kept.items():  # each under its package: `course.loop.models` in `course.loop`
+        parent, _, attribute = name.rpartition(".")
+        setattr(sys.modules[parent], attribute, module)
 
 
 def _stand_in_for_selfcheck() -> None:
@@ -195,8 +201,8 @@ def load(config: dict):
 
     sys.path[:0] = config.get("paths", [])
     install_course(config["course"], {"__reference_called__": reference_called})
-    from course.implementations import stand_in_for_stubs
     from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # as the grader sent it
+    from course.submissions.implementations import stand_in_for_stubs
     kind, target = submission["kind"], submission["target"]
     allow_unread = bool(config.get("allow_unread"))  # --allow-reference
     if config.get("grading_reference"):
@@ -271,7 +277,7 @@ def _read_modules(provenance, paths: list[str]) -> None:
 
 def _written(submission: dict, name: str) -> bool:
     """False where the submission's `name` is still the release's `raise NotImplementedError()`."""
-    from course.implementations import is_unwritten, last_definition
+    from course.submissions.implementations import is_unwritten, last_definition
 
     if submission["kind"] == "units":
         source = last_definition(submission["units"], submission["providers"], name)
@@ -504,10 +510,10 @@ def template(control_fd: int, root: str) -> None:
     use_ieee_float32()  # every child forked from here computes float32 as the tolerances assume
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a child are ours to reap
     global _TEMPLATE_MODULES
-    install_course(setup["course"])  # course.models, course.plotting and what they import
+    install_course(setup["course"])  # course.loop.models, course.loop.plotting and what they import
     markers.build_tokenizer()
     if setup.get("plots"):  # notebooks: what they import for their plots, once, not per stage
-        importlib.import_module("course.plotting")
+        importlib.import_module("course.loop.plotting")
         import matplotlib.pyplot  # noqa: F401
     _TEMPLATE_MODULES = tuple(name for name in setup["course"]
                               if name != "course" and name in sys.modules)

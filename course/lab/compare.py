@@ -1,7 +1,7 @@
 """The loss variants side by side: notebook 08's experiment, rerunnable from the command line.
 
-    python -m course.compare --out runs/compare                       # 5 losses x 2 normalizations, minutes
-    python -m course.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50   # the full one
+    python -m course.lab.compare --out runs/compare                       # 5 losses x 2 normalizations, minutes
+    python -m course.lab.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50   # the full one
 
 Every (pg_method, normalization, seed) is one `course.train` run; everything else is equal, and the
 seeds fix the problems and the sampling noise, so two variants differ only by their loss. The losses
@@ -35,7 +35,7 @@ from course.cli import (
     out_of_range,
     unwritable,
 )
-from course.train_config import (
+from course.loop.train_config import (
     CHOICES,
     FLAG_ALIASES,
     ConfigError,
@@ -57,7 +57,7 @@ def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path
                  runs: list[dict] | None = None) -> list[dict]:
     """Train every (pg_method, normalization, seed); one record per run with its held-out curve,
     appended to `runs` as each ends (what a Ctrl-C leaves done)."""
-    from course.train import train  # torch: after the command line is checked
+    from course.loop.train import train  # torch: after the command line is checked
 
     runs = [] if runs is None else runs
     for pg_method in pg_methods:
@@ -132,7 +132,7 @@ def plot(rows: list[dict], title: str, path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m course.compare", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.lab.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/compare"),
                         help="folder for the runs, compare.png, compare.md and compare.json")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")

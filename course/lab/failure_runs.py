@@ -1,7 +1,7 @@
 """Recorded GRPO runs that go wrong: the failure-mode lab of notebook 08.
 
-    python -m course.failure_runs                 # writes course/checkpoints/failure_runs/*.json
-    python -m course.failure_runs --out DIR --steps 2 --runs healthy
+    python -m course.lab.failure_runs                 # writes course/checkpoints/failure_runs/*.json
+    python -m course.lab.failure_runs --out DIR --steps 2 --runs healthy
 
 Each run is `course.train` on the tiny default model (CPU, seed 0, 8 x 8 rollouts per step) with
 one thing changed from the healthy run; the per-step metrics of `metrics.jsonl` it keeps
@@ -30,10 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from course.cli import Parser, flag_type, out_of_range, unwritable
-from course.tasks import RESPONSE_PATTERN, AdditionTask, r1_zero_reward_fn
-from course.train_config import TrainConfig
+from course.loop.tasks import RESPONSE_PATTERN, AdditionTask, r1_zero_reward_fn
+from course.loop.train_config import TrainConfig
+from course.paths import CHECKPOINTS
 
-RECORDED = Path(__file__).parent / "checkpoints" / "failure_runs"
+RECORDED = CHECKPOINTS / "failure_runs"
 HEALTHY = TrainConfig(steps=50, eval_every=25, eval_problems=100, eval_samples=1, seed=0, device="cpu")
 # name: the options that differ from HEALTHY
 RUNS = {
@@ -65,7 +66,7 @@ def rounded(value):
 
 
 def loophole_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
-    """r1-zero's scores (`course.tasks`) with a loophole in `reward`: 1 for the right answer, and
+    """r1-zero's scores (`course.loop.tasks`) with a loophole in `reward`: 1 for the right answer, and
     also for any answer in the format that is longer than the right one. `format_reward` and
     `answer_reward` stay r1-zero's, so the answer accuracy (held out too) is still the strict one."""
     scores = r1_zero_reward_fn(response, ground_truth)
@@ -107,8 +108,8 @@ def per_micro_batch_train_step(counts: list[int] | None = None):
 
 def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path:
     """Train run `name` of `RUNS` for `steps` steps and write its kept metrics to out/NAME.json."""
-    from course.implementations import Implementations
-    from course.train import train  # torch: after the arguments are checked
+    from course.loop.train import train  # torch: after the arguments are checked
+    from course.submissions.implementations import Implementations
 
     config = replace(HEALTHY, steps=steps, **RUNS[name])
     counts: list[int] = []
@@ -120,7 +121,7 @@ def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path
     with tempfile.TemporaryDirectory(prefix="grpo_failure_run_") as folder:
         summary = train(config, Path(folder), progress=progress, implementations=implementations, task=task)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
-    run = {"made_by": "python -m course.failure_runs", "name": name, "changed": RUNS[name],
+    run = {"made_by": "python -m course.lab.failure_runs", "name": name, "changed": RUNS[name],
            **({"injected": INJECTED[name]} if name in INJECTED else {}),
            "steps": steps, "machine": summary["machine"], "records": list(map(json.loads, lines))}
     if counts:  # K calls per step, one per micro-batch
@@ -153,7 +154,7 @@ def load_failure_run(name: str, folder: str | Path = RECORDED) -> dict:
     not recorded, ValueError naming the metrics a record lacks."""
     path = Path(folder) / f"{name}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: run {name!r} is not recorded (python -m course.failure_runs)")
+        raise FileNotFoundError(f"{path}: run {name!r} is not recorded (python -m course.lab.failure_runs)")
     run = json.loads(path.read_text(encoding="utf-8"))
     columns = run.pop("metrics")
     run["records"] = [{key: column[i] for key, column in columns.items() if column[i] is not None}
@@ -202,7 +203,7 @@ def run_names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m course.failure_runs", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.lab.failure_runs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RECORDED, help=f"folder for the runs (default: {RECORDED})")
     parser.add_argument("--steps", type=flag_type(int, lambda v: out_of_range(v, 1, True)),
                         default=HEALTHY.steps, help=f"steps per run (default: {HEALTHY.steps})")

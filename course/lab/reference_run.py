@@ -1,7 +1,7 @@
 """The reference's run of notebook 08, recorded: the curve to compare with where the reference
 cannot run (a student edition).
 
-    python -m course.reference_run        # instructors: writes course/checkpoints/reference_run.json
+    python -m course.lab.reference_run        # instructors: writes course/checkpoints/reference_run.json
 
 Notebook 08 trains with the learner's stages, then with the reference on the same seed, and plots
 the two. A student edition ships the reference of the revealed stages only, so there the second
@@ -21,10 +21,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from course.cli import Parser, unwritable
-from course.implementations import missing_references
-from course.train_config import TrainConfig
+from course.loop.train_config import TrainConfig
+from course.paths import CHECKPOINTS
+from course.submissions.implementations import missing_references
 
-RECORDED = Path(__file__).parent / "checkpoints" / "reference_run.json"
+RECORDED = CHECKPOINTS / "reference_run.json"
 NOTEBOOK_RUN = TrainConfig(steps=60, eval_every=20, eval_problems=200, eval_samples=2, seed=0)
 # where a run happens, not what it computes: a recorded CPU run stands for a GPU run too
 NOT_COMPARED = ("checkpoint", "device", "threads")
@@ -38,7 +39,7 @@ def compared_fields(config: TrainConfig) -> dict:
 def record(path: Path = RECORDED, progress: bool = True) -> dict:
     """Train `NOTEBOOK_RUN` on CPU with the reference of every stage and write its records and
     summary to `path`. Raises RuntimeError where some stage's reference is not here."""
-    from course.train import train  # torch: after the command line is checked
+    from course.loop.train import train  # torch: after the command line is checked
 
     missing = missing_references()
     if missing:
@@ -49,7 +50,7 @@ def record(path: Path = RECORDED, progress: bool = True) -> dict:
         summary = train(config, Path(folder), progress=progress)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
     summary.pop("config")
-    recorded = {"made_by": "python -m course.reference_run", "machine": summary.pop("machine"),
+    recorded = {"made_by": "python -m course.lab.reference_run", "machine": summary.pop("machine"),
                 "config": compared_fields(config), "summary": summary,
                 "records": [json.loads(line) for line in lines]}
     path.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
@@ -63,7 +64,7 @@ def recorded_config(recorded: dict) -> dict:
 
 
 def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[dict, list[dict]]:
-    """(summary, records) of the recorded reference run, as `course.train.train` returns and
+    """(summary, records) of the recorded reference run, as `course.loop.train.train` returns and
     writes them. Raises ValueError naming the fields where `config` is not the recorded run's
     (its device, checkpoint folder and threads aside)."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
@@ -76,7 +77,7 @@ def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m course.reference_run", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.lab.reference_run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=RECORDED,
                         help=f"where to write the recorded run (default: {RECORDED})")
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ Overlong handling. A response cut at `max_new_tokens` has no ending; its reward 
     added to the reward (verl `reward_manager/dapo.py`, `overlong_buffer`); |y| counts the tokens
     of the response as the train step tokenizes it, the final eos included.
   * overlong filtering (DAPO §3.3; TRL `mask_truncated_completions`): truncated responses (no eos)
-    get importance weight 0 (`course.importance`), so they add no policy-gradient term; they stay in
+    get importance weight 0 (`course.loop.importance`), so they add no policy-gradient term; they stay in
     their group's baseline and in the normalization counts (TRL also drops their tokens from N).
 """
 
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from course.distributed import is_distributed, rank_and_world_size
-from course.rollout import RolloutBatch
+from course.loop.rollout import RolloutBatch
 
 RewardFn = Callable[[str, str], dict[str, float]]
 

@@ -1,4 +1,4 @@
-"""GSM8K-style grade-school math as a `course.tasks.Task`: problems from a local JSONL file,
+"""GSM8K-style grade-school math as a `course.loop.tasks.Task`: problems from a local JSONL file,
 rewarded by a math-answer verifier.
 
 Each line of the file is one problem in GSM8K's own format (Cobbe et al. 2021, arXiv 2110.14168;
@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.models import chat_prompt
+from course.loop.models import chat_prompt
 
 INSTRUCTION = ("Solve the problem. Reason step by step, then give the final answer as a number "
                "on a last line of the form '#### <number>'.")
@@ -122,7 +122,7 @@ def _same_number(predicted: str, ground_truth: str) -> bool:
 
 class GSM8KTask:
     """GSM8K-style problems behind the `Task` interface; prompts use the tokenizer's chat template
-    where it has one (`course.models.chat_prompt`)."""
+    where it has one (`course.loop.models.chat_prompt`)."""
 
     name = "gsm8k"
     reward_fn = staticmethod(math_reward_fn)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from transformers import Olmo2ForCausalLM
 
 # torch-free, so that the command line checks --model before torch loads
-from course.train_config import model_source_problem
+from course.loop.train_config import model_source_problem
 from course.variants import MODEL_DTYPES
 
 PAD_TOKEN = "<pad>"

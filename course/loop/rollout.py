@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from course.loop.tasks import ADDITION, Task, TaskProblem
 from course.scoring import get_response_log_probs
-from course.tasks import ADDITION, Task, TaskProblem
 from course.tokenization import tokenize_prompt_and_output
 
 

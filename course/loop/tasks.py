@@ -3,7 +3,7 @@
 A task (`Task`) gives problems with a `question` and a verifiable `answer`, the prompt the policy
 completes, and a reward function `reward_fn(response, ground_truth) -> {"reward", "format_reward",
 "answer_reward"}` (the contract of `compute_rollout_rewards`). `ADDITION` is the task below;
-`course.gsm8k.GSM8KTask` is grade-school math from a local JSONL file.
+`course.loop.gsm8k.GSM8KTask` is grade-school math from a local JSONL file.
 
 The synthetic task: two-number addition with a verifiable answer, and its r1-zero reward.
 

@@ -1,9 +1,9 @@
 """Tiny stand-ins for real Hugging Face models, built offline: a byte-level BPE tokenizer trained in
 code and a randomly initialized Qwen2, Qwen3, Llama (SmolLM's architecture), OLMo2 or Gemma from its
-config, saved with `save_pretrained` so that `course.models.load_pretrained` reads them through the
+config, saved with `save_pretrained` so that `course.loop.models.load_pretrained` reads them through the
 same `from_pretrained` path as a downloaded model. Also a generator of GSM8K-format problems.
 
-    python -m course.tiny_hf --family qwen2 --out runs/tiny-qwen2 --data runs/gsm8k.jsonl
+    python -m course.loop.tiny_hf --family qwen2 --out runs/tiny-qwen2 --data runs/gsm8k.jsonl
 
 writes the model folder and (with --data) 200 generated GSM8K-format problems to train it on.
 The tokenizer is byte-level BPE (Sennrich et al. 2016, arXiv 1508.07909; GPT-2's byte alphabet) with
@@ -106,7 +106,7 @@ def write_jsonl(records: list[dict], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course.tiny_hf", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course.loop.tiny_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=tuple(FAMILIES), default="qwen2")
     parser.add_argument("--out", type=Path, required=True, help="folder for the model and tokenizer")
     parser.add_argument("--data", type=Path, default=None, help="also write generated GSM8K-format problems here")
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         if path is not None and path.exists() and (path.is_file() or any(path.iterdir())):
             parser.error(f"{path} already exists: choose a new path (nothing is overwritten)")
     records = synthetic_gsm8k(args.problems, args.seed)
-    from course.gsm8k import INSTRUCTION
+    from course.loop.gsm8k import INSTRUCTION
 
     texts = [r["question"] + "\n" + INSTRUCTION + "\n" + r["answer"] for r in records]
     tokenizer = build_bpe_tokenizer(texts)

@@ -4,12 +4,12 @@
     torchrun --nproc_per_node 2 -m course.train --out runs/dp   # data parallel (gloo on CPU)
 
 Each step: draw `prompts_per_step` training problems, sample `group_size` responses to each with
-the current policy (`course.rollout`), score old / reference log-probs, and take
+the current policy (`course.loop.rollout`), score old / reference log-probs, and take
 `updates_per_rollout` optimizer steps with `course.grpo_train_step` (rewards → group advantages →
 per-token loss → normalization → backward → clip → step). GRPO is Shao et al. 2024 (arXiv
 2402.03300); the loss variants and normalizations are those of `course.losses` and
 `course.aggregation`. The policy starts from the shipped supervised warm start
-(`course/checkpoints/warm_start`, made by `python -m course.warm_start`), because RL sharpens what
+(`course/checkpoints/warm_start`, made by `python -m course.loop.warm_start`), because RL sharpens what
 a policy can already sometimes do.
 
 Under `torchrun`, every rank draws the same problems and keeps whole groups of its own; sampling is
@@ -17,35 +17,23 @@ seeded per row (`rollout.row_seed`), so the rollouts, and therefore the updates,
 single-process run. `--out DIR` writes `metrics.jsonl` (one record per step), `summary.json`,
 `training_curves.png` and the final weights `policy.pt` (a DIR that holds a run is refused unless
 `--overwrite`; a Ctrl-C ends with the steps done, which `metrics.jsonl` holds). `--notebooks DIR`
-trains with the learner's own stages, read from their notebooks (`course.implementations`): their
+trains with the learner's own stages, read from their notebooks (`course.submissions.implementations`): their
 train step on their tokenizer, scorer, advantages, losses and aggregation, each falling back to
 the reference where it is not written yet. In a student edition that has not revealed every
 stage, the default is the edition's own `notebooks/`.
 
 What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
 `benchmarks/bench_train.py`).
-`python -m course.compare` runs the loss variants side by side.
+`python -m course.lab.compare` runs the loss variants side by side.
 
-A real model: `--model DIR` loads any Hugging Face causal LM (`course.models.load_pretrained`;
+A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.models.load_pretrained`;
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
-problems (`course.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.filters`),
-`--overlong filter|soft`, `--is-level`/`--is-mode` (`course.importance`), `--entropy-coef`
-(`course.entropy_bonus`); `docs/real_models.md`.
+problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.loop.filters`),
+`--overlong filter|soft`, `--is-level`/`--is-mode` (`course.loop.importance`), `--entropy-coef`
+(`course.loop.entropy_bonus`); `docs/real_models.md`.
 """
 
 from __future__ import annotations
-
-if __name__ == "__main__":  # the command line checks its flags before torch loads (course.cli)
-    import sys
-
-    from course.cli import INTERRUPTED
-    from course.train_cli import main
-
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:  # Ctrl-C while loading or evaluating; one in a step is `train`'s
-        print("interrupted (Ctrl-C) outside the training steps: no summary written", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
 
 import copy
 import functools
@@ -61,30 +49,33 @@ import torch
 import torch.distributed as dist
 
 from course.distributed import rank_and_world_size
-from course.entropy_bonus import train_step_with_entropy_bonus
-from course.filters import (
+from course.loop.entropy_bonus import train_step_with_entropy_bonus
+from course.loop.filters import (
     informative_groups,
     keep_groups,
     regroup_over_ranks,
     truncated_rows,
     with_soft_overlong_penalty,
 )
-from course.gsm8k import GSM8KTask, load_gsm8k_jsonl, load_hub_gsm8k
-from course.implementations import Implementations
-from course.importance import as_sampler_log_probs, importance_weights
-from course.metrics import compare_logprobs
-from course.models import (
+from course.loop.gsm8k import GSM8KTask, load_gsm8k_jsonl, load_hub_gsm8k
+from course.loop.importance import as_sampler_log_probs, importance_weights
+from course.loop.models import (
     add_lora,
     enable_gradient_checkpointing,
     load_model_and_tokenizer,
     load_pretrained,
 )
-from course.off_policy import estimate_kl
-from course.plotting import plot_training_curves
-from course.progress import progress_bar
-from course.rollout import RolloutBatch, evaluate, sample_groups, score_tokens, tokenize_rollouts
-from course.tasks import ADDITION, Task
-from course.train_config import (  # re-exported: `from course.train import TrainConfig, train`
+from course.loop.plotting import plot_training_curves
+from course.loop.progress import progress_bar
+from course.loop.rollout import (
+    RolloutBatch,
+    evaluate,
+    sample_groups,
+    score_tokens,
+    tokenize_rollouts,
+)
+from course.loop.tasks import ADDITION, Task
+from course.loop.train_config import (  # re-exported: `from course.loop.train import TrainConfig, train`
     RUN_FILES,
     WARM_START,
     ConfigError,
@@ -92,6 +83,9 @@ from course.train_config import (  # re-exported: `from course.train import Trai
     temperature_problem,
     validate,
 )
+from course.metrics import compare_logprobs
+from course.off_policy import estimate_kl
+from course.submissions.implementations import Implementations
 from course.train_step import grpo_train_step
 
 __all__ = ["WARM_START", "TrainConfig", "train", "validate"]
@@ -169,7 +163,7 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     A float32 sampler of the tiny model is the policy itself, so its log-probs are the old ones (no
     extra forward). Otherwise (`rescore`: a bf16 sampler, or a real model, whose BPE tokenizer can
     re-encode a sample differently) the policy re-scores the batch; a re-encoded row keeps weight 1.
-    The importance weights of `--is-level/--is-mode` (`course.importance`) and the overlong filter
+    The importance weights of `--is-level/--is-mode` (`course.loop.importance`) and the overlong filter
     reach the train step as the sampler log-probs that make its min(π_old/π_sampler, cap) apply
     them. Token means (KL to the reference, the mismatch) are global: per-rank sums over per-rank counts.
     """
@@ -216,7 +210,7 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
 
 
 def group_signal(rollouts: RolloutBatch, reward_fn, config: TrainConfig) -> list[bool]:
-    """Per group of this rank's rollouts: True where its rewards are not all equal (`course.filters`);
+    """Per group of this rank's rollouts: True where its rewards are not all equal (`course.loop.filters`);
     a constant group has zero advantages and gives no gradient."""
     rewards = [reward_fn(response, truth)["reward"]
                for response, truth in zip(rollouts.responses, rollouts.repeated_ground_truths)]
@@ -234,7 +228,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
     `implementations`: whose graded functions take the optimizer step (default: the reference's).
     `task`: what to train on instead of `config.task`'s (its `reward` trains, its `answer_reward`
-    is the held-out accuracy; `course.failure_runs` passes a reward with a loophole)."""
+    is the held-out accuracy; `course.lab.failure_runs` passes a reward with a loophole)."""
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
     rank, world_size = rank_and_world_size()
     validate(config, world_size)
@@ -410,7 +404,7 @@ def result_text(summary: dict, out: Path | None) -> str:
         return "\n".join(lines)
     lines.append(f"wrote {out}/")
     lines += [f"  {name:<20} {role}" for name, role in RUN_FILE_ROLES.items()]
-    lines.append(f"next: open {out / 'training_curves.png'}; `python -m course.compare` trains the "
+    lines.append(f"next: open {out / 'training_curves.png'}; `python -m course.lab.compare` trains the "
                  "loss variants side by side")
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 """What one GRPO run depends on (`TrainConfig`) and the values each field allows, torch-free, so
-that `python -m course.train` (`course.train_cli`) answers a bad flag with a one-line usage error
-before torch loads (`course.cli`); `course.train.train` runs the loop.
+that `python -m course.train` (`course.train`) answers a bad flag with a one-line usage error
+before torch loads (`course.cli`); `course.loop.train.train` runs the loop.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course.cli import bounded_types, flag_type, out_of_range
+from course.paths import CHECKPOINTS
 from course.variants import (
     BASELINES,
     IS_LEVELS,
@@ -26,7 +27,7 @@ from course.variants import (
     TASKS,
 )
 
-WARM_START = Path(__file__).parent / "checkpoints" / "warm_start"
+WARM_START = CHECKPOINTS / "warm_start"
 # What `--out DIR` receives, in the order it is written.
 RUN_FILES = ("metrics.jsonl", "summary.json", "training_curves.png", "policy.pt")
 CHOICES = {"pg_method": PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
@@ -140,7 +141,7 @@ class TrainConfig:
     is_mode: str = "truncate"
     """Above --tis-cap: truncate (min(ρ, cap)) or mask (weight 0)."""
     entropy_coef: float = 0.0
-    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.entropy_bonus; 0: none)."""
+    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.loop.entropy_bonus; 0: none)."""
 
 
 class ConfigError(ValueError):
@@ -159,7 +160,7 @@ def _cuda_available() -> bool:
 
 def device_problem(device: str) -> str | None:
     """Why `device` cannot hold the run (None when it can)."""
-    if device == "auto":  # resolved when the run starts (course.train.resolve_device)
+    if device == "auto":  # resolved when the run starts (course.loop.train.resolve_device)
         return None
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):

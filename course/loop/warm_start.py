@@ -9,7 +9,7 @@ accuracy, sampled at temperature 1 / greedy, was 4% / 6% at 200 steps, 26% / 43%
 default) and 54% / 87% at 300 (200 held-out problems). The loss is the response tokens' negative
 log-likelihood, the SFT objective of the R1-Zero-style pipelines (CS336 assignment 5).
 
-    python -m course.warm_start --out course/checkpoints/warm_start
+    python -m course.loop.warm_start --out course/checkpoints/warm_start
 
 is seeded and reproducible (same seed, same weights, on the same machine and torch build) and
 takes two to three minutes on a 2-core CPU. The shipped checkpoint was made with the defaults.
@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from course.cli import Parser, add_config_arguments, bounded_types, unwritable
-from course.tasks import format_prompt, format_response, make_problems
+from course.loop.tasks import format_prompt, format_response, make_problems
+from course.paths import CHECKPOINTS
 
 if TYPE_CHECKING:
     import torch
 
-DEFAULT_OUT = Path(__file__).parent / "checkpoints" / "warm_start"
+DEFAULT_OUT = CHECKPOINTS / "warm_start"
 
 
 @dataclass
@@ -89,8 +90,8 @@ def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=None)
     """Train from scratch with `config`; save to `out` when given. Returns (model, tokenizer)."""
     import torch  # torch and the model code load here, after the command line is checked
 
-    from course.models import build_tiny_model_and_tokenizer, save_model_and_tokenizer
-    from course.rollout import evaluate
+    from course.loop.models import build_tiny_model_and_tokenizer, save_model_and_tokenizer
+    from course.loop.rollout import evaluate
 
     log = log or partial(print, flush=True)
     torch.set_num_threads(config.threads)
@@ -124,7 +125,7 @@ def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=None)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = Parser(prog="python -m course.warm_start", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m course.loop.warm_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder to write the checkpoint to")
     add_config_arguments(parser, WarmStartConfig, types=bounded_types(WarmStartConfig, LOWER_BOUNDS))
     args = vars(parser.parse_args(argv))

@@ -15,7 +15,7 @@ Two rules, for two uses:
   instructor has not revealed it (a student edition), the learner's own, from their notebook. A
   stage that is neither is left out (`missing`) and the others are still bound.
 
-The notebooks are read the way the autograder reads them (`course.submission`): only
+The notebooks are read the way the autograder reads them (`course.submissions.reader`): only
 imports, definitions and UPPER_CASE constants are kept, so a training loop or a plot in a notebook
 never runs here. Those definitions are then executed in this process: the learner's own code, on
 their own machine, exactly as their notebook runs it. Each notebook keeps its own namespace; a
@@ -75,7 +75,7 @@ def is_unwritten(statement_source: str, name: str) -> bool:
 
 def last_definition(units: list[dict], providers: dict[str, int], name: str) -> str | None:
     """The source of the last statement defining `name` in the notebook that provides it (the
-    definition that runs), or None; `units` and `providers` as `course.submission` reads
+    definition that runs), or None; `units` and `providers` as `course.submissions.reader` reads
     them."""
     index = providers.get(name)
     sources = [s for _, s in units[index]["statements"] if f"def {name}(" in s] if index is not None else []
@@ -115,7 +115,7 @@ def _execute(unit: dict, problems: list[str]) -> dict:
 
 def stand_in_for_stubs(functions: dict[str, Callable], namespaces: list[dict] = ()) -> list[str]:
     """Put `functions[name]` where the reference of `name` is a stub: in `namespaces` and in every
-    loaded `course` module (`course.rollout`, `course.aggregation`'s given helpers, ...).
+    loaded `course` module (`course.loop.rollout`, `course.aggregation`'s given helpers, ...).
 
     A stub is what stands for a reference that is not here: the stage the sandbox grades and later
     ones (`autograder.trusted.reference`), or a stage a student edition has not revealed. A
@@ -152,7 +152,7 @@ def load_implementations(notebooks: str | Path, names: tuple[str, ...] = GRADED_
     notebooks in `notebooks`, with the reference where a function is not written (and available).
     Where neither exists: raises StageNotWritten naming the notebook to finish, or with
     `strict=False` leaves the function out (`missing`). FileNotFoundError for a missing folder."""
-    from course.submission import load_submission  # the autograder's safe reader
+    from course.submissions.reader import load_submission  # the autograder's safe reader
 
     folder = Path(notebooks)
     if not folder.is_dir() or not any(folder.glob("*.ipynb")):

@@ -35,8 +35,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.parsing import parse
 from course.registry import GRADED_FUNCTIONS
+from course.submissions.parsing import parse
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 KEPT = (ast.Import, ast.ImportFrom, *DEFINITIONS)

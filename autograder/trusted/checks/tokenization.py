@@ -6,7 +6,7 @@ import torch
 
 # the BPE case's tokenizer builder: the trusted side imports all it uses before the first sandbox
 # starts, and `markers.build_bpe_tokenizer` would import it late
-import course.tiny_hf  # noqa: F401
+import course.loop.tiny_hf  # noqa: F401
 from autograder.protocol.markers import BPE_TOKENIZER, TOKENIZER, build_tokenizer, resolve
 from autograder.trusted.checks.common import rng, run_reference
 from autograder.trusted.core import Fail, Mistake, case, check, compare, field, judge_cases, tensor
