@@ -15,7 +15,7 @@ import pytest
 
 from autograder.trusted.report import check_table, escape
 from autograder.trusted.results import ResultsError, write_results
-from course import submission as reading
+from course.submissions import reader as reading
 from course.submissions.reader import load_submission
 
 ROOT = Path(__file__).resolve().parent.parent

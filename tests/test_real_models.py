@@ -193,7 +193,8 @@ def test_the_learners_own_stages_train_a_real_model(saved, tmp_path, capsys):
     main(flags + ["--notebooks", str(still), "--out", str(tmp_path / "still_run")])
     kept = _policy(tmp_path / "still_run")
     assert all(torch.equal(kept[k], loaded[k]) for k in loaded)
-    assert '"grpo_train_step": "yours (06.ipynb)"' in capsys.readouterr().out
+    summary = json.loads((tmp_path / "still_run" / "summary.json").read_text())
+    assert summary["implementations"]["grpo_train_step"] == "yours (06.ipynb)"
 
 
 @pytest.mark.parametrize("flags, flag", [

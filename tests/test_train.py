@@ -235,7 +235,7 @@ def test_compare_writes_figure_and_table(tmp_path, capsys):
 @pytest.mark.parametrize("flags, message", [
     (["--losses", "ppo"], "--losses: invalid choice: 'ppo'"),
     (["--normalizations", "batch"], "--normalizations: invalid choice: 'batch'"),
-    (["--seeds", "-1"], "--seeds must be non-negative"),
+    (["--seeds", "-1"], "argument --seeds: must be >= 0, got -1"),
     (["--steps", "x"], "argument --steps: expected int, got 'x'"),
     (["--eval-problems", "0"], "argument --eval-problems: must be >= 1"),
     (["--loss", "grpo"], "unrecognized arguments: --loss"),   # set per run, not a common flag
