@@ -82,7 +82,7 @@ class Provenance:
     def __init__(self, course: dict[str, str], helpers: dict[str, str]):
         """`course`: {module: source} as the grader sent it; `helpers`: {file name: text} of
         the helpers the finder may serve (their code is read when it is this text)."""
-        self._course = {_course_file(name): text for name, text in course.items()}
+        self._course = {course_file(name, course): text for name, text in course.items()}
         self._course_code: dict[str, set] = {}  # compiled on demand, to tell a real one
         self._helpers = dict(helpers)
         self.read: set[types.CodeType] = set()  # by equality: a code object is its bytecode
@@ -338,8 +338,13 @@ def _freeze_builtins() -> None:
                 vars(module).setdefault(key, value)
 
 
-def _course_file(name: str) -> str:
-    return f"{COURSE}{'__init__' if name == 'course' else name[7:]}.py"
+def course_file(name: str, modules) -> str:
+    """The file name a `course` module is compiled under: `<course>/loop/tasks.py`, and
+    `<course>/loop/__init__.py` for a package (a name other modules are under)."""
+    parts = name.split(".")[1:]
+    if name == "course" or any(other.startswith(name + ".") for other in modules):
+        parts.append("__init__")
+    return f"{COURSE}{'/'.join(parts)}.py"
 
 
 def _text(source) -> str | None:

@@ -82,8 +82,11 @@ class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves `course` and `course.*` from the sources the grader sent; nothing from the disk."""
 
     def __init__(self, sources: dict, extra_globals: dict):
+        from autograder.untrusted.provenance import course_file
+
         self.sources = sources
         self.extra_globals = extra_globals
+        self.course_file = course_file  # bound now: the grader's modules leave sys.modules later
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname in self.sources:
@@ -101,8 +104,7 @@ class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         name = module.__name__
-        parts = name.split(".")[1:] + (["__init__"] if self._package(name) else [])
-        module.__file__ = f"<course>/{'/'.join(parts)}.py"
+        module.__file__ = self.course_file(name, self.sources)  # what provenance knows it by
         if self._package(name):
             module.__path__ = []
         module.__dict__.update(self.extra_globals)
