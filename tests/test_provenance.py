@@ -236,3 +236,16 @@ def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_fo
     assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
     why = loaded["unread"]["compute_entropy"]  # whichever it meets first: padding hides nothing
     assert "'<string>'" in why or "too large to follow" in why, why
+
+
+def test_a_course_module_in_a_sub_package_is_known_by_the_file_the_worker_compiles_it_under():
+    """The worker compiles `course.loop.tasks` as `<course>/loop/tasks.py`; provenance must know
+    that name as course code, or the reward function a check hands the submission is "unread"."""
+    from autograder.untrusted.provenance import course_file
+
+    modules = {"course": "", "course.loop": "", "course.loop.tasks": "", "course.scoring": ""}
+    assert course_file("course", modules) == "<course>/__init__.py"
+    assert course_file("course.loop", modules) == "<course>/loop/__init__.py"
+    assert course_file("course.loop.tasks", modules) == "<course>/loop/tasks.py"
+    assert course_file("course.scoring", modules) == "<course>/scoring.py"
+    assert course_file("course.loop.tasks", modules) != "<course>/loop.tasks.py"  # the old bug

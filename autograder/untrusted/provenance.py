@@ -47,8 +47,13 @@ REFUSED = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._curre
 TRACING = {"sys.settrace", "sys.setprofile"}  # a tracer sees every frame, the grader's too
 REBOUND = {"__code__", "__defaults__", "__kwdefaults__"}
 GRADER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # autograder/
-# where the library's files lie: the interpreter's, the installed packages', the grader's own
-LIBRARY_ROOTS = tuple(sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, GRADER}))
+# where the library's files lie: the interpreter's, the installed packages' (also where a .pth
+# file or the user's site puts them, outside sys.prefix), the grader's own; read as the template
+# imports this, before a submission's folder joins sys.path. A file there that the submission
+# compiled text under is tainted all the same (`_watch`), so a forged name gains nothing.
+LIBRARY_ROOTS = tuple(sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, GRADER}
+                             | {p for p in sys.path if os.path.isabs(p) and os.path.isdir(p)
+                                and p != os.sep}))
 COURSE = "<course>/"  # the file names of the `course` modules the grader sent
 
 
