@@ -15,6 +15,8 @@ import importlib.machinery
 import os
 import sys
 
+from course.submissions.parsing import parse
+
 OURS = {"course", "autograder", "instructor", "tests", "benchmarks"}
 MAX_HELPERS = 50
 
@@ -37,7 +39,7 @@ def is_library(name: str) -> bool:
 def imported_names(text: str) -> list[str]:
     """The top-level module names that `text`'s absolute imports name, in order."""
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     names = []

@@ -185,7 +185,6 @@ def load(config: dict):
     {graded function: why its code is not the code the grader read}, captured: [(origin, source
     text)] compiled at run time or served as a helper)."""
     from autograder.protocol.answers import function_status
-    from autograder.protocol.helpers import servable
     from autograder.untrusted.probes import SubmissionState
     from autograder.untrusted.provenance import Provenance
 
@@ -203,6 +202,7 @@ def load(config: dict):
 
     sys.path[:0] = config.get("paths", [])
     install_course(config["course"], {"__reference_called__": reference_called})
+    from autograder.protocol.helpers import servable  # parses with the course just installed
     from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # as the grader sent it
     from course.submissions.implementations import stand_in_for_stubs
     kind, target = submission["kind"], submission["target"]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGE_NAMED, STAGE_OF
+from course.submissions.parsing import parse
 
 
 class StageNotWritten(RuntimeError):
@@ -65,7 +66,7 @@ class Implementations:
 def is_unwritten(statement_source: str, name: str) -> bool:
     """True when `name`'s definition is the release's stub: a docstring, then only a raise of
     NotImplementedError (comments such as `# YOUR CODE HERE` are not statements)."""
-    for node in ast.parse(statement_source).body:
+    for node in parse(statement_source).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             body = node.body[1:] if ast.get_docstring(node) is not None else node.body
             return len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None \
