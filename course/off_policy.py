@@ -25,9 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from course.losses import cispo_loss, clipped_surrogate
-from course.variants import KL_ESTIMATORS  # this stage's names, torch-free there
-
-GRPO_LOSS_FNS = ("dapo", "cispo")
+from course.variants import GRPO_LOSS_FNS, KL_ESTIMATORS  # this stage's names, torch-free there
 
 
 def estimate_kl(

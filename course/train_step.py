@@ -6,7 +6,9 @@ truncated importance weights when the sampler's log-probs are given) plus β·KL
 `kl_beta` > 0:
   ℓ_t = w_t · pg_t + β · kl_t,   w_t = min(π_old/π_sampler, cap),
   kl_t = `estimate_kl` of log π − log π_ref,
-as open-instruct's GRPO loss does (open_instruct/grpo_utils.py; TIS: Yao et al. 2025).
+as open-instruct's GRPO loss does (open_instruct/grpo_utils.py; TIS: Yao et al. 2025). Given a
+`grpo_loss` config, stage 5's `compute_grpo_loss` computes the same ℓ instead (its pg_loss_max
+and its β): DAPO's decoupled clip bounds or CISPO, as open-instruct configures them.
 
 The update is a function of the batch alone: not of `gradient_accumulation_steps`, not of which
 rows share a micro-batch, not of how whole groups are split over data-parallel ranks. That holds
@@ -31,7 +33,12 @@ from course.aggregation import LOSS_NORMALIZATIONS, calculate_loss_and_backward
 from course.distributed import is_distributed, rank_and_world_size
 from course.losses import PG_COUNT_KEYS, compute_policy_gradient_loss
 from course.metrics import LossStatistics
-from course.off_policy import estimate_kl, truncated_importance_weights
+from course.off_policy import (
+    _validate_grpo_config,
+    compute_grpo_loss,
+    estimate_kl,
+    truncated_importance_weights,
+)
 from course.scoring import get_response_log_probs
 from course.tokenization import tokenize_prompt_and_output
 from course.variants import KL_ESTIMATORS, PG_METHODS
@@ -51,6 +58,7 @@ class LossTerms:
     ref_model: torch.nn.Module | None = None
     tis_cap: float = 2.0
     temperature: float = 1.0
+    grpo_loss: object | None = None  # a GRPOLossConfig: stage 5's loss, not pg_method's
 
 
 def grpo_train_step(
@@ -76,7 +84,7 @@ def grpo_train_step(
     ref_log_probs: torch.Tensor | None = None,
     ref_model: torch.nn.Module | None = None,
     sampler_log_probs: torch.Tensor | None = None,
-    tis_cap: float = 2.0, temperature: float = 1.0,
+    tis_cap: float = 2.0, temperature: float = 1.0, grpo_loss=None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
     """One optimizer step on B = n_groups · G rollouts (this rank's share under DDP).
     Args:
@@ -94,14 +102,14 @@ def grpo_train_step(
         loss_normalization, normalization_constant: "sequence", "token", "constant"; C.
         kl_beta, kl_estimator, tis_cap: β ≥ 0 and estimator of the KL penalty (β > 0
             needs ref_log_probs or ref_model); the TIS cap (with sampler_log_probs).
-    Returns (loss, metadata): the step's loss (0-dim, detached); reward, advantage and
-    loss metadata (means over the step), `loss`, `gradient_norm` (before clipping),
-    `response_token_count`, `optimizer_step`.
+        grpo_loss: a stage-5 `GRPOLossConfig`, whose loss replaces pg_method's.
+    Returns (loss, metadata): the step's loss (0-dim, detached); step means of reward,
+    advantage and loss metadata; `gradient_norm` (unclipped), `response_token_count`.
     """
     aligned = dict(zip(ALIGNED_LOG_PROBS,
                        (old_log_probs, ref_log_probs, sampler_log_probs)))
     terms = LossTerms(pg_method, cliprange, kl_beta, kl_estimator,
-                      ref_model, tis_cap, temperature)
+                      ref_model, tis_cap, temperature, grpo_loss)
     _validate(len(rollout_responses), repeated_prompts, repeated_ground_truths,
               group_size, gradient_accumulation_steps, loss_normalization,
               normalization_constant, terms, aligned)
@@ -147,29 +155,70 @@ def per_token_step_loss(
                                     return_token_entropy=True,
                                     temperature=terms.temperature)
     log_probs, mask = scored["log_probs"], micro["response_mask"]  # (b, T)
-    old = micro.get("old_log_probs")
-    loss, metadata = compute_policy_gradient_loss(
-        micro["advantages"], log_probs, terms.pg_method, old, terms.cliprange, mask)
-    metadata["token_entropy"] = scored["token_entropy"]
-    old = log_probs.detach() if old is None else old
+    given_old = micro.get("old_log_probs")
+    old = log_probs.detach() if given_old is None else given_old
+    weights = None
     if "sampler_log_probs" in micro:
         weights = truncated_importance_weights(old, micro["sampler_log_probs"],
                                                terms.tis_cap, mask)
-        loss = loss * weights
+    if terms.grpo_loss is not None:
+        loss, metadata = grpo_loss_per_token(micro, log_probs, old, weights, terms)
+    else:
+        loss, metadata = compute_policy_gradient_loss(
+            micro["advantages"], log_probs, terms.pg_method, given_old, terms.cliprange,
+            mask)
+        if weights is not None:
+            loss = loss * weights
+        if terms.kl_beta > 0:
+            ratio = torch.exp(log_probs - old.detach())
+            kl = estimate_kl(log_probs, _reference_log_probs(micro, terms),
+                             terms.kl_estimator, ratio=ratio)
+            loss = loss + terms.kl_beta * kl
+            metadata["kl_mean"] = kl
+    if weights is not None:
         metadata["tis_weight_mean"] = weights
-    if terms.kl_beta > 0:
-        ref = micro.get("ref_log_probs")
-        if ref is None:
-            with torch.no_grad():
-                ref = get_response_log_probs(terms.ref_model, micro["input_ids"],
-                                             micro["labels"],
-                                             temperature=terms.temperature)["log_probs"]
-        ratio = torch.exp(log_probs - old.detach())
-        kl = estimate_kl(log_probs, ref, terms.kl_estimator, ratio=ratio)
-        loss = loss + terms.kl_beta * kl
-        metadata["kl_mean"] = kl
+    metadata["token_entropy"] = scored["token_entropy"]
     return loss, metadata
 
+
+def grpo_loss_per_token(
+    micro: dict[str, torch.Tensor], log_probs: torch.Tensor, old: torch.Tensor,
+    weights: torch.Tensor | None, terms: LossTerms,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """ℓ = w · pg_loss_max + β · kl of stage 5's `compute_grpo_loss` for one micro-batch
+    (b, T), and its metadata. log π and log π_old are selected by the mask BEFORE the
+    ratio's exp, as `compute_grpo_loss` asks of its caller (it takes no mask)."""
+    config, mask = terms.grpo_loss, micro["response_mask"].bool()  # (b, T)
+    new = torch.where(mask, log_probs, 0)
+    ratio = torch.exp(new - torch.where(mask, old.detach(), 0))  # (b, T); 1 off mask
+    ref = _reference_log_probs(micro, terms) if config.beta > 0 else None
+    unclipped, clipped, pg_loss_max, kl = compute_grpo_loss(
+        new, ratio, micro["advantages"], ref, config, weights)
+    # a token is clipped where the clip removed its gradient: DAPO's max picked the
+    # clipped term; CISPO's weight hit its cap
+    capped = (ratio > 1 + config.clip_higher if config.loss_fn == "cispo"
+              else clipped > unclipped) & mask
+    clip_count, counted = capped.sum(), mask.sum()
+    metadata = {"importance_ratio_mean": ratio.detach(),
+                "off_policy_loss_mean": pg_loss_max.detach(),
+                "clip_fraction": clip_count / counted.clamp_min(1),
+                "clip_count": clip_count, "clip_total": counted}
+    if config.beta > 0:
+        metadata["kl_mean"] = kl
+    return pg_loss_max + config.beta * kl, metadata
+
+
+def _reference_log_probs(micro: dict[str, torch.Tensor],
+                         terms: LossTerms) -> torch.Tensor:
+    """log π_ref (b, T): the given ones, or the reference model's (scored without
+    gradient)."""
+    ref = micro.get("ref_log_probs")
+    if ref is None:
+        with torch.no_grad():
+            ref = get_response_log_probs(terms.ref_model, micro["input_ids"],
+                                         micro["labels"],
+                                         temperature=terms.temperature)["log_probs"]
+    return ref
 
 def _validate(batch_size, prompts, ground_truths, group_size,
               gradient_accumulation_steps, loss_normalization, normalization_constant,
@@ -217,9 +266,19 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
     if not isinstance(estimator, str) or estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, "
                          f"got {terms.kl_estimator!r}")
+    beta, beta_name = terms.kl_beta, "kl_beta"
+    if terms.grpo_loss is not None:
+        _validate_grpo_config(terms.grpo_loss)
+        if terms.pg_method != "none" or terms.kl_beta != 0:
+            raise ValueError("grpo_loss gives the whole per-token loss: pg_method must "
+                             "be 'none' and kl_beta 0 (grpo_loss.beta weighs its KL), "
+                             f"got {terms.pg_method!r} and {terms.kl_beta!r}")
+        beta, beta_name = terms.grpo_loss.beta, "grpo_loss.beta"
+        if not (isinstance(beta, (int, float)) and beta >= 0):
+            raise ValueError(f"grpo_loss.beta must be a number >= 0, got {beta!r}")
     references = (aligned["ref_log_probs"] is not None) + (terms.ref_model is not None)
-    if terms.kl_beta > 0 and references != 1:
-        raise ValueError(f"kl_beta > 0 needs exactly one of ref_log_probs and "
+    if beta > 0 and references != 1:
+        raise ValueError(f"{beta_name} > 0 needs exactly one of ref_log_probs and "
                          f"ref_model, got {references}")
     temperature = terms.temperature
     if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))

@@ -3,15 +3,19 @@ check a flag before torch loads (`course.cli`).
 
 Each name is defined by the module that implements it: the advantage baselines and normalizers by
 `course.advantages` (GRPO, Shao et al. 2024, arXiv 2402.03300; Dr. GRPO; MaxRL), the
-policy-gradient losses by `course.losses`, the KL estimators by `course.off_policy`, the loss
-normalizations by `course.aggregation` (GRPO's sequence mean, DAPO's token mean, Dr. GRPO's
-constant); the importance-sampling levels and modes by `course.loop.importance`, the overlong handlings
-by `course.loop.filters`, the weight precisions of a Hugging Face model by `course.loop.models`.
+policy-gradient losses by `course.losses` (open-instruct's DAPO and CISPO by `course.off_policy`),
+the KL estimators by `course.off_policy`, the loss normalizations by `course.aggregation` (GRPO's
+sequence mean, DAPO's token mean, Dr. GRPO's constant); the importance-sampling levels and modes by
+`course.loop.importance`, the overlong handlings by `course.loop.filters`, the weight precisions of
+a Hugging Face model by `course.loop.models`.
 """
 
 BASELINES = ("mean", "none")
 NORMALIZERS = ("std", "mean", "none")
 PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
+GRPO_LOSS_FNS = ("dapo", "cispo")  # stage 5's open-instruct losses: `course.off_policy.compute_grpo_loss`
+# what `python -m course.train --pg-method` trains with: stage 4's losses, and DAPO from stage 5
+RUN_PG_METHODS = PG_METHODS + ("dapo",)
 KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `course.off_policy.estimate_kl`
 # the numbers the release before named them by: `--kl-estimator 2` still means k3, for one release
 KL_ESTIMATOR_NUMBERS = dict(zip(("0", "1", "2", "3"), KL_ESTIMATORS))

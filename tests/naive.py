@@ -82,9 +82,11 @@ def group_normalized_rewards(
 
 def policy_gradient_loss(
     method: str, advantages: torch.Tensor, log_probs: torch.Tensor, old_log_probs=None,
-    cliprange: float | None = None, mask: torch.Tensor | None = None,
+    cliprange: float | None = None, mask: torch.Tensor | None = None, clip_higher: float | None = None,
 ) -> torch.Tensor:
-    """Per-token loss (B, T), token by token. advantages (B,), log_probs (B, T)."""
+    """Per-token loss (B, T), token by token. advantages (B,), log_probs (B, T). `clip_higher`
+    (ε_high; default `cliprange`) bounds the ratio above: dapo's upper clip, cispo's cap."""
+    high = cliprange if clip_higher is None else clip_higher
     B, T = log_probs.shape
     if mask is None:
         mask = torch.ones(B, T)
@@ -111,10 +113,11 @@ def policy_gradient_loss(
             r = torch.exp(logp - old_log_probs[i, t].detach())
             if method == "noclip":
                 row.append(-a * r)
-            elif method == "grpo":
-                row.append(-torch.minimum(r * a, torch.clamp(r, 1 - cliprange, 1 + cliprange) * a))
+            elif method in ("grpo", "dapo"):  # dapo: the same with decoupled bounds
+                bound = cliprange if method == "grpo" else high
+                row.append(-torch.minimum(r * a, torch.clamp(r, 1 - cliprange, 1 + bound) * a))
             elif method == "cispo":
-                weight = torch.clamp(r, max=1 + cliprange).detach()
+                weight = torch.clamp(r, max=1 + high).detach()
                 row.append(-weight * a * logp)
             else:
                 raise ValueError(method)
@@ -198,7 +201,7 @@ def full_batch_loss(
     cliprange: float | None = None, constant: float | None = None, rows=None,
     per_microbatch_token_count: bool = False, accumulation_steps: int = 1, normalizer: str = "std",
     kl_beta: float = 0.0, ref_log_probs=None, kl_estimator: str = "k3", sampler_log_probs=None,
-    tis_cap: float = 2.0, token_weights=None,
+    tis_cap: float = 2.0, token_weights=None, clip_higher: float | None = None,
 ):
     """The GRPO objective of the whole batch (or of `rows` of it, with the whole batch's scale).
 
@@ -218,7 +221,7 @@ def full_batch_loss(
     mask = tokens["response_mask"][rows]
     logp = response_log_probs(model, tokens["input_ids"][rows], tokens["labels"][rows])
     old = None if old_log_probs is None else old_log_probs[rows]
-    loss = policy_gradient_loss(method, advantages[rows], logp, old, cliprange, mask)
+    loss = policy_gradient_loss(method, advantages[rows], logp, old, cliprange, mask, clip_higher)
     behaviour = logp.detach() if old is None else old
     if sampler_log_probs is not None:
         weights = torch.exp(behaviour - sampler_log_probs[rows]).clamp(max=tis_cap)

@@ -22,7 +22,7 @@ from course.loop.train import (
 from course.loop.train_config import RUN_FILES
 from course.loop.warm_start import WarmStartConfig, train_warm_start
 from course.train import main
-from course.variants import LOSS_NORMALIZATIONS, PG_METHODS
+from course.variants import LOSS_NORMALIZATIONS, RUN_PG_METHODS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -101,7 +101,7 @@ def test_help_explains_every_option(capsys):
     assert "--out" in text and "torchrun" in text
 
 
-@pytest.mark.parametrize("pg_method", PG_METHODS)
+@pytest.mark.parametrize("pg_method", RUN_PG_METHODS)
 @pytest.mark.slow
 def test_every_loss_variant_trains(tmp_path, pg_method):
     summary = train(small(pg_method=pg_method, updates_per_rollout=2, lr=1e-3), tmp_path, progress=False)
@@ -110,10 +110,41 @@ def test_every_loss_variant_trains(tmp_path, pg_method):
         assert all(torch.isfinite(torch.tensor(float(v))) for v in record.values())
     assert records[-1]["kl_to_reference"] > 0                           # the policy moved
     assert all(0 <= r["clip_fraction"] <= 1 for r in records)
-    if pg_method == "grpo":
+    if pg_method in ("grpo", "dapo"):
         # the second update of each batch is off-policy; at this large lr some tokens clip
         assert any(r["clip_fraction"] > 0 for r in records)
     assert summary["config"]["pg_method"] == pg_method
+
+
+@pytest.mark.slow
+def test_stage_5s_loss_trains_from_the_command_line(tmp_path):
+    """--pg-method dapo runs compute_grpo_loss: with ε_high = ε_low its run is grpo's, weight for weight;
+    --clip-higher 0.28 trains differently from the same seed."""
+    def weights(name, *flags):
+        # one rollout of 8 x 8, four updates on it: the last ones are off-policy enough to clip
+        main(["--steps", "1", "--eval-problems", "8", "--eval-samples", "1", "--eval-every", "0",
+              "--updates-per-rollout", "4", "--out", str(tmp_path / name), *flags])
+        return torch.load(tmp_path / name / "policy.pt")
+
+    grpo = weights("grpo", "--pg-method", "grpo")
+    dapo = weights("dapo", "--pg-method", "dapo")
+    higher = weights("higher", "--loss", "dapo", "--clip-higher", "0.28")
+    for name, tensor in grpo.items():
+        torch.testing.assert_close(dapo[name], tensor, atol=1e-6, rtol=1e-5)
+    assert max(float((higher[name] - tensor).abs().max()) for name, tensor in grpo.items()) > 1e-4
+    clipped = {name: read_metrics(tmp_path / name / "metrics.jsonl")[0]["clip_fraction"] for name in ("grpo", "higher")}
+    assert 0 < clipped["higher"] < clipped["grpo"]  # measured: 0.050 and 0.056
+    summary = json.loads((tmp_path / "higher" / "summary.json").read_text())
+    assert summary["config"]["pg_method"] == "dapo" and summary["config"]["clip_higher"] == 0.28
+
+
+def test_a_train_step_without_grpo_loss_is_refused_for_dapo():
+    def older_step(model, tokenizer, optimizer, gradient_accumulation_steps, max_grad_norm, reward_fn,
+                   repeated_prompts, rollout_responses, repeated_ground_truths, group_size, temperature=1.0):
+        raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match="pg_method dapo needs a grpo_train_step"):
+        train(small(pg_method="dapo"), None, progress=False, implementations={"grpo_train_step": older_step})
 
 
 @pytest.mark.parametrize("normalization", LOSS_NORMALIZATIONS)
@@ -272,6 +303,8 @@ def test_compare_never_writes_into_a_used_folder(tmp_path, capsys):
     (["--max-grad-norm", "-1"], "--max-grad-norm"),
     (["--device", "tpu"], "--device"),
     (["--loss", "ppo"], "--pg-method/--loss"),
+    (["--clip-higher", "0.28"], "--clip-higher"),
+    (["--pg-method", "dapo", "--clip-higher", "-1"], "--clip-higher"),
     (["--prompts-per-step", "2", "--group-size", "2", "--gradient-accumulation-steps", "5"],
      "--gradient-accumulation-steps"),
     (["--group-size", "1"], "--group-size"),

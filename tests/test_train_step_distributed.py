@@ -30,6 +30,7 @@ from ranks import run_ranks
 
 from course import grpo_train_step
 from course.loop.models import build_tiny_model_and_tokenizer
+from course.off_policy import GRPOLossConfig
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -44,7 +45,10 @@ CASES = [(f"{method}-{mode}-{zero}", zero, method, mode, gas, False, False)
          for zero, method, gas in ((False, "grpo", 2), (True, "none", 1))]
 CASES += [("grpo-token-zero-group-kl-tis", True, "grpo", "token", 2, True, True),
           ("none-sequence-kl", False, "none", "sequence", 3, True, False),
-          ("cispo-constant-tis", False, "cispo", "constant", 1, False, True)]
+          ("cispo-constant-tis", False, "cispo", "constant", 1, False, True),
+          # stage 5's loss (`grpo_loss`): DAPO's decoupled bounds, its own β and the TIS weights
+          ("dapo-sequence-zero-group-kl-tis", True, "dapo", "sequence", 2, True, True)]
+CLIP_HIGHER = 0.28  # dapo's ε_high (DAPO's clip-higher); ε_low is the 0.2 of the others
 
 
 def _rank_rows(zero_group: bool, rank: int) -> list[int]:
@@ -62,6 +66,16 @@ def _arguments(method, mode, old):
         "loss_normalization": mode,
         "normalization_constant": CONSTANT if mode == "constant" else None,
     }
+
+
+def _step_arguments(method, mode, old, penalties: dict) -> dict:
+    """The train step's arguments; dapo's KL weight and estimator travel in its GRPOLossConfig."""
+    if method != "dapo":
+        return {**_arguments(method, mode, old), **penalties}
+    beta = penalties.pop("kl_beta", 0.0)
+    config = GRPOLossConfig("dapo", clip_lower=0.2, clip_higher=CLIP_HIGHER,
+                            kl_estimator=penalties.pop("kl_estimator", "k3"), beta=beta)
+    return {**_arguments("none", mode, None), "old_log_probs": old, "grpo_loss": config, **penalties}
 
 
 def _penalties(model, batch, tokenizer, kl: bool, tis: bool) -> dict:
@@ -95,7 +109,7 @@ def _worker(rank: int, port: int, directory: str) -> None:
             before = [p.detach().clone() for p in model.parameters()]
             grpo_train_step(ddp, tokenizer, optimizer, gas, None, reward_fn, mine["prompts"],
                             mine["responses"], mine["ground_truths"], batch["group_size"],
-                            **_arguments(method, mode, old[rows, :width]), **penalties)
+                            **_step_arguments(method, mode, old[rows, :width], penalties))
             update = [p.detach() - b for p, b in zip(model.parameters(), before)]
             torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
         dist.barrier()
@@ -115,7 +129,8 @@ def test_ddp_over_whole_groups_equals_single_process_full_batch(tmp_path):
         batch = make_rollout_batch(zero_group)
         old = make_old_log_probs(model, batch, tokenizer)
         loss = full_batch_loss(model, tokenizer, batch, method, mode, old if method != "none" else None, 0.2,
-                               CONSTANT, normalizer="none", **_penalties(model, batch, tokenizer, kl, tis))
+                               CONSTANT, normalizer="none", clip_higher=CLIP_HIGHER if method == "dapo" else None,
+                               **_penalties(model, batch, tokenizer, kl, tis))
         expected = [-g for g in gradient(model, [loss])]
         assert max(g.abs().max() for g in expected) > 1e-4  # the check is not vacuous
         for rank in range(WORLD_SIZE):

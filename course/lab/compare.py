@@ -43,7 +43,7 @@ from course.loop.train_config import (
     flag_types,
     validate,
 )
-from course.variants import LOSS_NORMALIZATIONS, PG_METHODS
+from course.variants import LOSS_NORMALIZATIONS, PG_METHODS, RUN_PG_METHODS
 
 # Fields of `TrainConfig` that this command sets per run (the others are common flags).
 PER_RUN = ("pg_method", "normalization", "seed")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/compare"),
                         help="folder for the runs, compare.png, compare.md and compare.json")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
-    parser.add_argument("--pg-methods", "--losses", dest="pg_methods", nargs="+", choices=PG_METHODS,
+    parser.add_argument("--pg-methods", "--losses", dest="pg_methods", nargs="+", choices=RUN_PG_METHODS,
                         default=list(PG_METHODS), help="the policy-gradient losses to train with "
                         "(--losses: its name before, for one release)")
     parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])

@@ -80,13 +80,15 @@ from course.loop.train_config import (  # re-exported: `from course.loop.train i
     WARM_START,
     ConfigError,
     TrainConfig,
+    grpo_loss_problem,
     temperature_problem,
     validate,
 )
 from course.metrics import compare_logprobs
-from course.off_policy import estimate_kl
+from course.off_policy import GRPOLossConfig, estimate_kl
 from course.submissions.implementations import Implementations
 from course.train_step import grpo_train_step
+from course.variants import GRPO_LOSS_FNS
 
 __all__ = ["WARM_START", "TrainConfig", "train", "validate"]
 
@@ -223,6 +225,20 @@ def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: Train
     return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)
 
 
+def loss_arguments(config: TrainConfig) -> dict:
+    """The train step's loss arguments for `config.pg_method`: stage 4's loss with its ε and the
+    KL penalty, or (dapo, cispo) stage 5's `GRPOLossConfig`, which carries the clip bounds, the
+    KL estimator and β itself."""
+    if config.pg_method in GRPO_LOSS_FNS:
+        grpo_loss = GRPOLossConfig(config.pg_method, clip_lower=config.cliprange,
+                                   clip_higher=config.clip_higher or config.cliprange,
+                                   kl_estimator=config.kl_estimator, beta=config.kl_beta)
+        return {"pg_method": "none", "kl_beta": 0.0, "grpo_loss": grpo_loss}
+    cliprange = config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None
+    return {"pg_method": config.pg_method, "cliprange": cliprange, "kl_beta": config.kl_beta,
+            "kl_estimator": config.kl_estimator}
+
+
 def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
           implementations: Implementations | None = None, task: Task | None = None) -> dict:
     """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
@@ -234,6 +250,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     validate(config, world_size)
     if problem := temperature_problem(train_step):
         raise ConfigError("temperature", problem)
+    if problem := grpo_loss_problem(train_step, config.pg_method):
+        raise ConfigError("pg_method", problem)
     if config.entropy_coef:
         train_step = functools.partial(train_step_with_entropy_bonus, train_step,
                                        entropy_coef=config.entropy_coef)
@@ -304,11 +322,9 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                     config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
                     rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
                     baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
-                    pg_method=config.pg_method,
                     old_log_probs=log_probs["old_log_probs"] if needs_old else None,
-                    cliprange=config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None,
                     loss_normalization=config.normalization, normalization_constant=constant,
-                    kl_beta=config.kl_beta, kl_estimator=config.kl_estimator,
+                    **loss_arguments(config),
                     ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
                     sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
                     temperature=config.temperature,

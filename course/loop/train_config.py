@@ -15,6 +15,7 @@ from course.cli import bounded_types, flag_type, out_of_range
 from course.paths import CHECKPOINTS
 from course.variants import (
     BASELINES,
+    GRPO_LOSS_FNS,
     IS_LEVELS,
     IS_MODES,
     KL_ESTIMATOR_NUMBERS,
@@ -23,14 +24,14 @@ from course.variants import (
     MODEL_DTYPES,
     NORMALIZERS,
     OVERLONG,
-    PG_METHODS,
+    RUN_PG_METHODS,
     TASKS,
 )
 
 WARM_START = CHECKPOINTS / "warm_start"
 # What `--out DIR` receives, in the order it is written.
 RUN_FILES = ("metrics.jsonl", "summary.json", "training_curves.png", "policy.pt")
-CHOICES = {"pg_method": PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
+CHOICES = {"pg_method": RUN_PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
            "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS,
            "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
            "is_mode": IS_MODES}
@@ -41,7 +42,7 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
 # too high crashes rather than merely runs long) the highest.
 BOUNDS = {
     "steps": (0, True), "prompts_per_step": (1, True), "group_size": (1, True), "lr": (0, False),
-    "weight_decay": (0, True), "cliprange": (0, False), "normalization_constant": (0, True),
+    "weight_decay": (0, True), "cliprange": (0, False), "clip_higher": (0, True), "normalization_constant": (0, True),
     "updates_per_rollout": (1, True), "gradient_accumulation_steps": (1, True), "max_grad_norm": (0, True),
     "max_new_tokens": (1, True), "temperature": (0, False), "tis_cap": (0, False), "kl_beta": (0, True),
     "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True, MAX_SEED),
@@ -68,9 +69,13 @@ class TrainConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     pg_method: str = "grpo"
-    """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo, cispo."""
+    """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo (stage 4's
+    compute_policy_gradient_loss), or dapo, cispo (stage 5's compute_grpo_loss, open-instruct's)."""
     cliprange: float = 0.2
-    """ε of the clipped losses (grpo, gspo, cispo)."""
+    """ε of the clipped losses (grpo, gspo); ε_low of dapo, clipping the ratio below at 1 − ε."""
+    clip_higher: float = 0.0
+    """ε_high of dapo and cispo: the ratio is clipped (cispo: capped) above at 1 + ε_high; DAPO's
+    clip-higher is 0.28 (Yu et al. 2025, arXiv 2503.14476). 0: the same as --cliprange."""
     normalization: str = "sequence"
     """Loss normalization: sequence (GRPO), token (DAPO), constant (Dr. GRPO)."""
     normalization_constant: float = 0.0
@@ -234,17 +239,33 @@ def validate(config: TrainConfig, world_size: int) -> None:
     if config.overlong == "soft" and config.overlong_buffer > config.max_new_tokens:
         raise ConfigError("overlong_buffer", f"({config.overlong_buffer}) must be at most max_new_tokens "
                           f"({config.max_new_tokens})")
+    if config.clip_higher and config.pg_method not in GRPO_LOSS_FNS:
+        raise ConfigError("clip_higher", f"applies to --pg-method {' or '.join(GRPO_LOSS_FNS)} only, "
+                          f"got --pg-method {config.pg_method}")
     if config.group_size < 2 and config.advantage_normalizer == "std":
         raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
 
 
+def _accepts(train_step, name: str) -> bool:
+    parameters = inspect.signature(train_step).parameters
+    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
 def temperature_problem(train_step) -> str | None:
     """Why `train_step` cannot train on rollouts sampled at a temperature (None when it can)."""
-    parameters = inspect.signature(train_step).parameters
-    if "temperature" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+    if _accepts(train_step, "temperature"):
         return None
     return ("needs a grpo_train_step(..., temperature=1.0) that scores π_θ at the sampling "
             "temperature; the grpo_train_step of your notebooks takes no temperature (see 07_train_step)")
+
+
+def grpo_loss_problem(train_step, pg_method: str) -> str | None:
+    """Why `train_step` cannot train with `pg_method` (None when it can): dapo and cispo run
+    stage 5's loss, which the train step receives as `grpo_loss`."""
+    if pg_method not in GRPO_LOSS_FNS or _accepts(train_step, "grpo_loss"):
+        return None
+    return (f"{pg_method} needs a grpo_train_step(..., grpo_loss=None) that computes stage 5's "
+            "compute_grpo_loss; the grpo_train_step of your notebooks takes no grpo_loss (see 07_train_step)")
 
 
 def flag_types(config_class=TrainConfig) -> dict:
