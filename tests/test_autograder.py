@@ -55,13 +55,23 @@ MUTANTS = {
     "tis_inverted": ("truncated_importance_weights", "capped above", "ratio inverted"),
     "empty_row_dropped": ("aggregate_loss_across_microbatch", "sequence:", "empty sequence left out"),
     "local_token_count": ("aggregate_loss_across_microbatch", "token:", "per-micro-batch token normalization"),
+    # the 2026 normalization bugs: each diagnosis names the bug and its public source
     "per_microbatch_token_norm": ("grpo_train_step", "update independent of micro-batching",
-                                  "per-micro-batch token normalization"),
+                                  "per-micro-batch token mean (each micro-batch divided by its own token count, "
+                                  "then by the number of accumulation steps; verl's legacy dp_actor, #7321)"),
     "double_accumulation_division": ("grpo_train_step", "update independent of micro-batching",
-                                     "accumulation steps twice"),
+                                     "accumulation steps twice (ms-swift #10117)"),
     "no_grad_clip": ("grpo_train_step", "clips the global gradient norm", "clipping not applied"),
     "grads_left": ("grpo_train_step", "leaves no gradients behind", "still hold gradients"),
-    "ddp_no_world_scale": ("grpo_train_step", "data-parallel", "world size"),
+    "ddp_no_world_scale": ("grpo_train_step", "data-parallel",
+                           "the world-size factor dropped (dp_size, Arctic-Platform #119)"),
+    "ddp_seq_mean_divided_by_world": ("grpo_train_step", "data-parallel",
+                                      "in the wrong direction: the sequence-mean loss divided by the world size "
+                                      "where it should be multiplied, so the update is world size² too small "
+                                      "(verl #5798)"),
+    "ddp_world_scale_after_clipping": ("grpo_train_step", "data-parallel",
+                                       "put back on the gradients after clipping: the loss without it, "
+                                       "clip_grad_norm_ bounded 1/world size of the step's gradient"),
     # one per check that had none (so every CPU check catches at least one real bug)
     "float_mask": ("tokenize_prompt_and_output", "(B, L-1) and integer", "must be integer"),
     "mask_one_past_end": ("tokenize_prompt_and_output", "response_mask is 1 exactly", "but response_mask has"),

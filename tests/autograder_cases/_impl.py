@@ -224,7 +224,9 @@ def build(bug: str = "") -> dict:
             return torch.tensor(0.0), {}
         import torch.distributed as dist
         distributed = dist.is_available() and dist.is_initialized()
-        world = dist.get_world_size() if distributed and bug != "ddp_no_world_scale" else 1
+        ranks = dist.get_world_size() if distributed else 1
+        # the loss's world-size factor: DDP averages the ranks' gradients, the loss undoes it
+        world = 1 if bug in ("ddp_no_world_scale", "ddp_world_scale_after_clipping") else ranks
         rewards, reward_meta = compute_rollout_rewards(reward_fn, rollout_responses, repeated_ground_truths)
         adv, adv_meta = compute_group_normalized_rewards(rewards, group_size, baseline, advantage_eps,
                                                          advantage_normalizer)
@@ -247,15 +249,18 @@ def build(bug: str = "") -> dict:
             if loss_normalization == "sequence":
                 value = (sums / mask.sum(1).clamp_min(1)).sum() / float(counts[0])
             elif loss_normalization == "token":
-                if bug == "per_microbatch_token_norm":
+                if bug == "per_microbatch_token_norm":  # verl's legacy dp_actor (verl #7321)
                     value = sums.sum() / mask.sum().clamp_min(1) / gradient_accumulation_steps
                 else:
                     value = sums.sum() / float(counts[1])
             else:
                 value = sums.sum() / normalization_constant
-            if bug == "double_accumulation_division":
+            if bug == "double_accumulation_division":  # the Trainer's division on top (ms-swift #10117)
                 value = value / gradient_accumulation_steps
-            value = value * world
+            if bug == "ddp_seq_mean_divided_by_world" and loss_normalization == "sequence":
+                value = value / world  # verl #5798: seq-mean's denominator B·dp_size, not B/dp_size
+            else:
+                value = value * world
             if not torch.isfinite(value):
                 optimizer.zero_grad()
                 raise RuntimeError("non-finite loss: optimizer step skipped")
@@ -265,6 +270,9 @@ def build(bug: str = "") -> dict:
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         if max_grad_norm is not None and bug != "no_grad_clip":
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        if bug == "ddp_world_scale_after_clipping":  # DDP's mean undone on the gradients, after the clip
+            for g in grads:
+                g.mul_(ranks)
         optimizer.step()
         if bug != "grads_left":
             optimizer.zero_grad()

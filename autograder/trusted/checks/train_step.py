@@ -171,14 +171,15 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.
         return -g.sum(0) / n[active].sum()
 
     mistakes = [
-        Mistake("per-micro-batch token normalization (each micro-batch divided by its own token count, "
-                "then by the number of accumulation steps)",
+        Mistake("per-micro-batch token normalization, the legacy per-micro-batch token mean (each "
+                "micro-batch divided by its own token count, then by the number of accumulation steps; "
+                "verl's legacy dp_actor, #7321)",
                 "divide every micro-batch's masked loss sum by N, the response-token count of the whole "
                 "optimizer step, counted before the loop", lambda: local_token(True)),
         Mistake("per-micro-batch token normalization without the division by accumulation steps",
                 "divide every micro-batch's masked loss sum by N, the token count of the whole step",
                 lambda: local_token(False)),
-        Mistake("dividing by the number of accumulation steps twice",
+        Mistake("dividing by the number of accumulation steps twice (ms-swift #10117)",
                 "the step-level normalization already accounts for the micro-batches: do not also divide "
                 "by gradient_accumulation_steps", lambda: expected / steps),
         Mistake("a normalization that counts only rows with non-zero advantage",
@@ -246,35 +247,78 @@ def data_parallel(ctx) -> None:
     judge_cases(ctx, f"{FN}/rollouts", lambda run: _judge_data_parallel(ctx, run), stored=1)
 
 
+def _shards(inputs: dict, mode: str, max_grad_norm=None) -> list:
+    """The step's rows split into RANKS equal shards, two micro-batches each."""
+    full = mode_kwargs(inputs, mode, 2, max_grad_norm)
+    half = len(full["rollout_responses"]) // RANKS
+    return [{**full, **{key: full[key][rank * half:(rank + 1) * half]
+                        for key in ("repeated_prompts", "rollout_responses", "repeated_ground_truths")}}
+            for rank in range(RANKS)]
+
+
 def _judge_data_parallel(ctx, run) -> None:
     for mode in ("token", "sequence"):
-        full = mode_kwargs(run.inputs, mode, 1)
-        half = len(full["rollout_responses"]) // RANKS
-        shards = []
-        for rank in range(RANKS):
-            shard = {**full, "gradient_accumulation_steps": 2}
-            for key in ("repeated_prompts", "rollout_responses", "repeated_ground_truths"):
-                shard[key] = full[key][rank * half:(rank + 1) * half]
-            shards.append(shard)
-        results = ctx.train_steps(shards, MODEL, ddp=True, timeout=ctx.grader.probe_timeout)
+        results = ctx.train_steps(_shards(run.inputs, mode), MODEL, ddp=True, timeout=ctx.grader.probe_timeout)
         expected = run.expected[mode]["delta"]
+        # DDP averages the ranks' gradients: a loss without the factor RANKS gives 1/RANKS of the update
+        mistakes = [Mistake("the world-size factor dropped (dp_size, Arctic-Platform #119): the loss not "
+                            "multiplied by the world size, so DDP's mean over ranks leaves 1/world size of the "
+                            "update", "multiply each rank's loss, divided by the step's counts summed over "
+                            "ranks, by the world size, since DDP averages gradients",
+                            lambda expected=expected: expected / RANKS)]
+        if mode == "token":
+            mistakes.append(Mistake(
+                "token counts not summed over ranks", "all-reduce (SUM) the response-token count before "
+                "normalizing", lambda: _per_rank_token_update(run.inputs)))
+        else:  # verl's seq-mean denominator B·dp_size where B/dp_size was meant: 1/RANKS² of the update
+            mistakes.append(Mistake(
+                "the data-parallel compensation in the wrong direction: the sequence-mean loss divided by "
+                "the world size where it should be multiplied, so the update is world size² too small "
+                "(verl #5798)", "divide by B, the sequences summed over ranks, then multiply by the world "
+                "size", lambda expected=expected: expected / RANKS ** 2))
         for rank, result in enumerate(results):
-            got = _delta(result, f"{mode} mode on rank {rank}")
-            mistakes = [Mistake("per-rank normalization (token or sequence counts not summed over ranks, "
-                                "or the loss not multiplied by the world size)",
-                                "all-reduce the step's token/sequence count over ranks and multiply each "
-                                "rank's loss by the world size, since DDP averages gradients",
-                                lambda expected=expected: expected / 2)]
-            if mode == "token":
-                mistakes.append(Mistake(
-                    "token counts not summed over ranks", "all-reduce (SUM) the response-token count before "
-                    "normalizing", lambda full=full, half=half: _per_rank_token_update(full, half)))
-            _compare_update(got, expected, f"the {mode}-mode update on rank {rank} of 2", mistakes)
+            _compare_update(_delta(result, f"{mode} mode on rank {rank}"), expected,
+                            f"the {mode}-mode update on rank {rank} of {RANKS}", mistakes)
+    _judge_clipped_data_parallel(ctx, run)
 
 
-def _per_rank_token_update(full: dict, half: int) -> torch.Tensor:
-    g, n, _ = row_gradients(full)
-    return -(g[:half].sum(0) / n[:half].sum() + g[half:].sum(0) / n[half:].sum())  # DDP mean × world size
+def _judge_clipped_data_parallel(ctx, run) -> None:
+    """DDP under global-norm clipping, at the clipping check's bound, 1/CLIP of the gradient norm: below
+    1/RANKS of it too (CLIP > RANKS), so a gradient without the world-size factor is clipped to the same update and
+    clipping hides the dropped dp_size there (Arctic-Platform #119); the norm before clipping does not."""
+    clipped = run.expected["clipped"]
+    unclipped = run.expected["sequence"]["delta"]  # lr = 1: minus the step's gradient
+    results = ctx.train_steps(_shards(run.inputs, "sequence", clipped["max_grad_norm"]), MODEL, ddp=True,
+                              timeout=ctx.grader.probe_timeout)
+    norm = clipped["metadata"]["gradient_norm"]
+    for rank, result in enumerate(results):
+        got = _delta(result, f"sequence mode with max_grad_norm on rank {rank}")
+        _compare_update(got, clipped["delta"], f"the clipped sequence-mode update on rank {rank} of {RANKS}", [
+            Mistake("the world size put back on the gradients after clipping: the loss without it, "
+                    "clip_grad_norm_ bounded 1/world size of the step's gradient, so the clipped update is "
+                    "world size times too large (the dp_size dropped under global-norm clipping, "
+                    "Arctic-Platform #119)", "multiply the loss by the world size before backward, so "
+                    "clip_grad_norm_ sees the step's gradient",
+                    lambda: RANKS * _clip(unclipped / RANKS, clipped["max_grad_norm"]))])
+        compare_scalar(field(item(result.get("output"), 1, 2, "the result"), "gradient_norm", "the metadata"),
+                       norm, f"metadata['gradient_norm'] on rank {rank} (before clipping)", [
+                           Mistake("a gradient norm of 1/world size of the step's: the dp_size dropped from "
+                                   "the loss, which clipping hid in the update (Arctic-Platform #119)",
+                                   "multiply the loss by the world size before backward and report the norm "
+                                   "clip_grad_norm_ returns", lambda: torch.tensor(norm / RANKS))],
+                       tolerance=METADATA)
+
+
+def _clip(update: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+    """`update` scaled as clip_grad_norm_ scales a gradient: by max_norm / (norm + 1e-6), at most 1
+    (torch.nn.utils.clip_grad_norm_)."""
+    return update * min(1.0, max_grad_norm / (float(update.norm()) + 1e-6))
+
+
+def _per_rank_token_update(inputs: dict) -> torch.Tensor:
+    """Each shard's token sum over its own token count, times the world size, averaged by DDP."""
+    g, n, _ = row_gradients(mode_kwargs(inputs, "token"))
+    return -sum(g[rows].sum(0) / n[rows].sum() for rows in _split(len(n), RANKS))
 
 
 @check(FN, "metadata: loss, gradient_norm, reward means, response_token_count", points=1)
