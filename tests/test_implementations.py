@@ -23,6 +23,7 @@ from course.lab.reference_run import (
     recorded_config,
     recorded_reference_run,
 )
+from course.loop.tasks import make_problems
 from course.loop.train import TrainConfig, train
 from course.registry import GRADED_FUNCTIONS
 from course.submissions.implementations import (
@@ -248,6 +249,23 @@ def test_the_recorded_reference_run_is_notebook_07s_run():
         assert 0 <= summary[f"{key}_before"] <= 1 and 0 <= summary[f"{key}_after"] <= 1
     with pytest.raises(ValueError, match=r"steps=100 \(recorded: 60\)"):
         recorded_reference_run(replace(NOTEBOOK_RUN, steps=100))
+
+
+def _said(response: str) -> str:
+    return response.split("<answer>")[-1].split("</answer>")[0]
+
+
+def test_the_recorded_samples_are_held_out_answers_before_and_after():
+    """Notebook 01 opens with them: each is a held-out problem, its reversed sum, and the greedy
+    answers of the warm start and of the trained policy (4 and 6 right of 8, as 01 says)."""
+    samples = json.loads(RECORDED.read_text())["samples"]
+    held_out = {f"{p.a}+{p.b}" for p in make_problems(None, seed=0, split="test")}
+    for sample in samples:
+        problem = sample["prompt"].split("User: ")[1].split("\n")[0]
+        a, b = map(int, problem.split("+"))
+        assert problem in held_out and sample["answer"] == str(a + b)[::-1]
+    right = [sum(_said(s[when]) == s["answer"] for s in samples) for when in ("before", "after")]
+    assert len(samples) == 8 and right == [4, 6]
 
 
 @pytest.mark.slow

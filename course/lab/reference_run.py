@@ -7,7 +7,8 @@ Notebook 08 trains with the learner's stages, then with the reference on the sam
 the two. A student edition ships the reference of the revealed stages only, so there the second
 run cannot happen; this file holds it instead: the per-step records and the summary of
 `NOTEBOOK_RUN` (the notebook's TrainConfig, seed 0, 60 steps) trained on CPU by the reference,
-with the machine and torch version that made it. `instructor.edition` ships it with the checkpoints.
+with the machine and torch version that made it, and the greedy answers of the warm start and of
+the trained policy to a few held-out problems (notebook 01 opens with them: where the stages lead). `instructor.edition` ships it with the checkpoints.
 A run on another machine, torch version or device samples the same tokens only while the floats
 agree to the last digits, so a learner's correct stages match the recorded curve up to the noise
 of sampling, not digit for digit.
@@ -27,6 +28,7 @@ from course.submissions.implementations import missing_references
 
 RECORDED = CHECKPOINTS / "reference_run.json"
 NOTEBOOK_RUN = TrainConfig(steps=60, eval_every=20, eval_problems=200, eval_samples=2, seed=0)
+SAMPLE_PROBLEMS = 8  # held-out problems whose greedy answers, before and after, the record keeps
 # where a run happens, not what it computes: a recorded CPU run stands for a GPU run too
 NOT_COMPARED = ("checkpoint", "device", "threads")
 
@@ -49,12 +51,38 @@ def record(path: Path = RECORDED, progress: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="grpo_reference_run_") as folder:
         summary = train(config, Path(folder), progress=progress)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
+        samples = greedy_samples(config, Path(folder) / "policy.pt")
     summary.pop("config")
     recorded = {"made_by": "python -m course.lab.reference_run", "machine": summary.pop("machine"),
                 "config": compared_fields(config), "summary": summary,
-                "records": [json.loads(line) for line in lines]}
+                "records": [json.loads(line) for line in lines], "samples": samples}
     path.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
     return recorded
+
+
+def greedy_samples(config: TrainConfig, trained: Path, n: int = SAMPLE_PROBLEMS) -> list[dict]:
+    """[{prompt, answer, before, after}]: the greedy responses of the starting checkpoint and of
+    the weights in `trained` to `n` held-out problems (the first of the run's evaluation set)."""
+    import random
+
+    import torch
+
+    from course.loop.models import load_model_and_tokenizer
+    from course.loop.rollout import generate
+    from course.loop.tasks import ADDITION
+    from course.loop.train import EVAL_SEED
+
+    test = list(ADDITION.problems("test"))
+    problems = random.Random(EVAL_SEED).sample(test, config.eval_problems)[:n]
+    prompts = [ADDITION.prompt(problem) for problem in problems]
+    model, tokenizer = load_model_and_tokenizer(config.checkpoint)
+    model.eval()
+    with torch.no_grad():
+        before = generate(model, tokenizer, prompts, None, config.max_new_tokens).responses
+        model.load_state_dict(torch.load(trained))
+        after = generate(model, tokenizer, prompts, None, config.max_new_tokens).responses
+    return [{"prompt": prompt, "answer": problem.answer, "before": b, "after": a}
+            for prompt, problem, b, a in zip(prompts, problems, before, after)]
 
 
 def recorded_config(recorded: dict) -> dict:
