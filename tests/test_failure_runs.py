@@ -10,20 +10,35 @@ from naive import make_rollout_batch, reward_fn
 
 from course import grpo_train_step
 from course.lab.failure_runs import (
+    CHOICES,
+    COMPARED_WITH,
+    DISTRACTORS,
     HEALTHY,
     INJECTED,
     KEPT,
     LAB_ORDER,
+    LABELS,
+    NO_PANEL,
+    PANELS,
     PER_STEP,
     RECORDED,
+    REPAIR_STEPS,
     RUNS,
+    SIGNATURE_PANELS,
+    answer_or_none,
     bug_weights,
+    check_guess,
     lab_runs,
+    label_verdict,
     load_failure_run,
     loophole_reward_fn,
     main,
+    panel_verdict,
     per_micro_batch_train_step,
+    rerun,
     signature,
+    signature_table,
+    visible_panels,
     write_run,
 )
 from course.loop.plotting import WATCH, failure_panel
@@ -210,3 +225,97 @@ def test_the_command_records_a_tiny_run(tmp_path, name):
     assert json.loads((tmp_path / f"{name}.json").read_text())["made_by"] == "python -m course.lab.failure_runs"
     figure = failure_panel(run["records"], load_failure_run("healthy")["records"], "Run X")
     assert [axis.get_title() for axis in figure.axes] == [title for title, _ in WATCH]
+
+
+def test_the_choices_hold_every_run_and_distractors_that_none_is():
+    """Eight labels for five runs: the last guess is not free. Sorted, so their order does not
+    give the lab's order away."""
+    assert set(LABELS) == set(LAB_ORDER) and len(DISTRACTORS) >= 2
+    assert set(CHOICES) == set(LABELS.values()) | set(DISTRACTORS) and len(CHOICES) == 8
+    assert list(CHOICES) == sorted(CHOICES) and not set(DISTRACTORS) & set(LABELS.values())
+
+
+def test_the_panels_are_the_figures_in_its_order():
+    assert len(PANELS) == len(WATCH)
+    assert all(title.startswith(panel) for panel, (title, _) in zip(PANELS, WATCH))
+    keys = [key for panel_keys in PANELS.values() for key in panel_keys]
+    assert sorted(keys) == sorted(k for k in signature(load_failure_run("healthy")["records"])
+                                  if k != "held-out accuracy, end")
+
+
+@pytest.mark.parametrize("name", LAB_ORDER)
+def test_each_runs_signature_panels_show_it_in_the_recordings(name):
+    """The answer key is the recordings': the panels whose signature numbers differ from the
+    compared run's (the healthy one, or `token` for the bug) by more than VISIBLE, or none."""
+    records = load_failure_run(name)["records"]
+    compared = load_failure_run(COMPARED_WITH.get(name, "healthy"))["records"]
+    assert SIGNATURE_PANELS[name] == (visible_panels(records, compared) or (NO_PANEL,))
+
+
+def test_visible_panels_by_hand():
+    healthy = load_failure_run("healthy")["records"]
+    assert visible_panels(healthy, healthy) == ()
+    louder = [r | {"gradient_norm": 2 * r["gradient_norm"]} for r in healthy]
+    assert visible_panels(louder, healthy) == ("gradient norm",)
+    assert visible_panels(louder, healthy, fraction=0.6) == ()  # 2x: half the larger
+
+
+@pytest.mark.parametrize("letter, run", lab_runs().items())
+def test_the_check_takes_the_right_label_and_panel_and_refuses_the_rest(letter, run):
+    name = run["name"]
+    right_panel = SIGNATURE_PANELS[name][0]
+    wrong_panel = next(p for p in (*PANELS, NO_PANEL) if p not in SIGNATURE_PANELS[name])
+    assert label_verdict(name, LABELS[name], "g").startswith("right")
+    for other in (*DISTRACTORS, *(LABELS[n] for n in LABELS if n != name)):
+        assert label_verdict(name, other, "g").startswith("wrong")
+    assert panel_verdict(name, right_panel, "p").startswith("right")
+    assert panel_verdict(name, wrong_panel, "p").startswith("wrong")
+    text = check_guess(letter[-1], run, LABELS[name], right_panel)
+    assert text.splitlines()[0].startswith("label: right") and "panel: right" in text
+    assert f"{letter} is {name}:" in text
+
+
+def test_an_unanswered_or_unknown_guess_says_how_to_answer():
+    run = lab_runs()["Run A"]
+    text = check_guess("A", run, None, None)
+    assert "set guess_a to one of CHOICES" in text and "set panel_a to one of PANELS" in text
+    assert "right" not in text and "wrong" not in text
+    assert "is not one of CHOICES" in label_verdict("high_lr", "learning rate", "guess_b")
+    assert "is not one of PANELS" in panel_verdict("high_lr", "reward", "panel_b")
+
+
+def test_answer_or_none_stands_in_for_the_release_stub():
+    def stub() -> float:
+        raise NotImplementedError()
+    assert answer_or_none(stub) is None and answer_or_none(lambda: 1e-4) == 1e-4
+
+
+def test_signature_table_has_a_column_per_run():
+    healthy = load_failure_run("healthy")["records"]
+    lines = signature_table({"healthy": healthy, "again": healthy}).splitlines()
+    assert lines[0].split() == ["healthy", "again"] and len(lines) == 1 + len(signature(healthy))
+    assert all(line.split()[-1] == line.split()[-2] for line in lines[1:])
+
+
+def test_rerun_refuses_an_unknown_option():
+    with pytest.raises(ValueError, match="not TrainConfig options: learning_rate"):
+        rerun("high_lr", learning_rate=1e-4)
+
+
+@pytest.mark.slow
+def test_the_repaired_rerun_retraces_the_healthy_run():
+    """Notebook 08's repair: Run B's configuration with the healthy learning rate, for REPAIR_STEPS
+    steps, seed 0, trains as the recorded healthy run did: the same reward and format rate at every
+    step, rewards in the healthy run's band where Run B's are 0, and a held-out accuracy (100
+    problems, after the last step) above Run B's 0."""
+    repaired = rerun("high_lr", lr=HEALTHY.lr)
+    healthy = load_failure_run("healthy")["records"][:REPAIR_STEPS]
+    broken = load_failure_run("high_lr")["records"][:REPAIR_STEPS]
+    assert [r["step"] for r in repaired] == list(range(1, REPAIR_STEPS + 1))
+    for key in ("reward_mean", "format_reward_mean", "groups_with_signal"):
+        assert [r[key] for r in repaired] == pytest.approx([h[key] for h in healthy], abs=1e-3), key
+    ours, theirs, run_b = (signature(records) for records in (repaired, healthy, broken))
+    assert min(h["reward_mean"] for h in healthy) <= ours["reward last 10"] <= max(
+        h["reward_mean"] for h in healthy)
+    assert run_b["reward last 10"] < 0.05 < ours["reward last 10"]
+    assert 0.1 < ours["held-out accuracy, end"] <= 0.41  # healthy: 0.29 at step 25, 0.41 at 50

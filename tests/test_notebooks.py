@@ -357,14 +357,19 @@ def test_failure_lab_runs_offline_from_the_recordings(kernel_environment, tmp_pa
     assert error_outputs(notebook) == []
     cells = code_cells(notebook)
     figures = [c for c in cells if "failure_panel(" in c.source and "display(" in c.source]
-    assert len(figures) == 6 and all(any("image/png" in out.get("data", {}) for out in c.outputs)
-                                     for c in figures)  # a panel per run, and Run E beside its control
+    assert len(figures) == 7 and all(any("image/png" in out.get("data", {}) for out in c.outputs)
+                                     for c in figures)  # a panel per run, Run E beside its control,
+    # and Run B's repaired rerun
     reveals = ["".join(out.get("text", "") for out in c.outputs) for c in cells if "compare(" in c.source
                and "def compare" not in c.source]
     assert [re.search(r"is (\w+):", text).group(1) for text in reveals] == [
         "kl_strong", "high_lr", "no_baseline", "hackable_reward", "per_micro_batch"]
     assert all("steps with gradient 0" in text for text in reveals)
     assert "the bug weighs a token" in reveals[-1]
+    assert all("set guess_" in text and "set panel_" in text for text in reveals)  # unanswered
+    repair = next("".join(out.get("text", "") for out in c.outputs) for c in cells
+                  if "rerun(" in c.source)
+    assert "equals the recorded healthy run's at every step: True" in repair
 
 
 @pytest.mark.slow

@@ -18,6 +18,9 @@ Most runs change `TrainConfig` options (`RUNS`). Two inject what no option sets 
   without the bug.
 - hackable_reward: a reward with a loophole (`loophole_reward_fn`): it pays for the right answer
   and for any longer answer, while the held-out accuracy stays the strict r1-zero answer check.
+
+The lab's answers: `LABELS` (with `DISTRACTORS`, the `CHOICES`) and `SIGNATURE_PANELS`, which
+`check_guess` checks a guess and a panel against; `rerun` trains a run again with a repaired option.
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ import json
 import math
 import tempfile
 import types
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from course.cli import Parser, flag_type, out_of_range, unwritable
 from course.loop.tasks import RESPONSE_PATTERN, AdditionTask, r1_zero_reward_fn
 from course.loop.train_config import TrainConfig
 from course.paths import CHECKPOINTS
 
+T = TypeVar("T")
 RECORDED = CHECKPOINTS / "failure_runs"
 HEALTHY = TrainConfig(steps=50, eval_every=25, eval_problems=100, eval_samples=1, seed=0, device="cpu")
 # name: the options that differ from HEALTHY
@@ -58,6 +64,43 @@ KEPT = ("step", "reward_mean", "format_reward_mean", "kl_to_reference", "gradien
 LAB_ORDER = ("kl_strong", "high_lr", "no_baseline", "hackable_reward", "per_micro_batch")
 # what every record holds (the held-out metrics are there every eval_every steps only)
 PER_STEP = KEPT[:9]
+# name: the lab's label for it
+LABELS = {"high_lr": "too high a learning rate", "no_baseline": "no baseline", "kl_strong": "KL too strong",
+          "hackable_reward": "a hackable reward", "per_micro_batch": "per-micro-batch normalization"}
+# labels that no lab run is, each a failure these curves could show: with them, elimination does
+# not name the last run
+DISTRACTORS = ("entropy collapse from too low a temperature", "clip range too tight",
+               "rewards all equal (no signal)")
+# sorted: an order taken from LAB_ORDER would give the answers away
+CHOICES = tuple(sorted([*LABELS.values(), *DISTRACTORS]))
+# the short name of each panel of `course.loop.plotting.WATCH` (in its order, each the start of its
+# title): the `signature` numbers it draws
+PANELS = {"rollout reward": ("reward first 5", "reward last 10"),
+          "KL to warm start": ("KL mean", "KL max"),
+          "gradient norm": ("gradient norm max", "steps with gradient 0"),
+          "response length": ("length min", "length max"),
+          "groups with signal": ("groups with signal (mean)",),
+          "format rate": ("format rate min",)}
+NO_PANEL = "none"  # the answer for a run that no panel tells apart
+# the run each lab run is compared with: per_micro_batch's bug against the same run without it,
+# since the healthy run differs from it in two options besides the bug
+COMPARED_WITH = {"per_micro_batch": "token"}
+# a panel shows a run's signature where one of its numbers differs from the compared run's by more
+# than this fraction of the larger: no_baseline's reward over the last 10 steps (0.35 against
+# 0.355) is noise, kl_strong's mean KL (0.0274 against 0.0766) is not
+VISIBLE = 0.3
+# name: the panels that show its signature (`visible_panels` on the recordings, held by
+# tests/test_failure_runs.py), or NO_PANEL
+SIGNATURE_PANELS = {
+    "kl_strong": ("KL to warm start", "gradient norm"),
+    "high_lr": tuple(PANELS),
+    "no_baseline": ("gradient norm",),
+    "hackable_reward": ("rollout reward", "KL to warm start", "response length", "format rate"),
+    "per_micro_batch": (NO_PANEL,),
+}
+# the steps of the lab's repair (`rerun`): Run B's reward and format rate are 0 from step 2 on, so
+# 10 steps show whether a repair holds, in 11 to 13 s of CPU (benchmarks/README.md)
+REPAIR_STEPS = 10
 
 
 def rounded(value):
@@ -106,13 +149,13 @@ def per_micro_batch_train_step(counts: list[int] | None = None):
                               grpo_train_step.__defaults__, grpo_train_step.__closure__)
 
 
-def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path:
-    """Train run `name` of `RUNS` for `steps` steps and write its kept metrics to out/NAME.json."""
+def trained_records(name: str, config: TrainConfig, counts: list[int] | None = None,
+                    progress: bool = False) -> tuple[list[dict], dict]:
+    """Train run `name` of `RUNS` (with what `INJECTED` says it injects) under `config`: its
+    metrics.jsonl records and its summary. `counts` collects per_micro_batch's token counts."""
     from course.loop.train import train  # torch: after the arguments are checked
     from course.submissions.implementations import Implementations
 
-    config = replace(HEALTHY, steps=steps, **RUNS[name])
-    counts: list[int] = []
     implementations = None
     if name == "per_micro_batch":
         implementations = Implementations({"grpo_train_step": per_micro_batch_train_step(counts)},
@@ -121,15 +164,36 @@ def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path
     with tempfile.TemporaryDirectory(prefix="grpo_failure_run_") as folder:
         summary = train(config, Path(folder), progress=progress, implementations=implementations, task=task)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
+    return list(map(json.loads, lines)), summary
+
+
+def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path:
+    """Train run `name` of `RUNS` for `steps` steps and write its kept metrics to out/NAME.json."""
+    config = replace(HEALTHY, steps=steps, **RUNS[name])
+    counts: list[int] = []
+    records, summary = trained_records(name, config, counts, progress)
     run = {"made_by": "python -m course.lab.failure_runs", "name": name, "changed": RUNS[name],
            **({"injected": INJECTED[name]} if name in INJECTED else {}),
-           "steps": steps, "machine": summary["machine"], "records": list(map(json.loads, lines))}
+           "steps": steps, "machine": summary["machine"], "records": records}
     if counts:  # K calls per step, one per micro-batch
         k = config.gradient_accumulation_steps
         run["microbatch_tokens"] = [counts[i:i + k] for i in range(0, len(counts), k)]
     path = out / f"{name}.json"
     write_run(path, run)
     return path
+
+
+def rerun(name: str, steps: int = REPAIR_STEPS, **repaired) -> list[dict]:
+    """Run `name` of `RUNS` again on the CPU for `steps` steps, with the options in `repaired` on
+    top of its own (e.g. `lr=1e-4`), seed 0 as recorded: its records, as `load_failure_run`'s.
+    The held-out accuracy is measured once, after the last step."""
+    unknown = [key for key in repaired if not hasattr(HEALTHY, key)]
+    if unknown:
+        raise ValueError(f"not TrainConfig options: {', '.join(unknown)}")
+    # why eval_every=steps: train() evaluates after the last step anyway; one evaluation, not two
+    config = replace(HEALTHY, **{**RUNS[name], **repaired}, steps=steps, eval_every=steps)
+    records, _ = trained_records(name, config)
+    return [{key: rounded(record[key]) for key in KEPT if key in record} for record in records]
 
 
 def bug_weights(microbatch_tokens: list[list[int]]) -> tuple[float, float]:
@@ -190,6 +254,73 @@ def signature(records: list[dict]) -> dict[str, float]:
             "groups with signal (mean)": sum(values("groups_with_signal")) / len(records),
             "format rate min": min(values("format_reward_mean")),
             "held-out accuracy, end": held_out[-1] if held_out else math.nan}
+
+
+def signature_table(runs: dict[str, list[dict]]) -> str:
+    """The `signature` numbers of each run of `runs` (name: records), a column per run."""
+    rows = {name: signature(records) for name, records in runs.items()}
+    lines = [f"{'':27}" + "".join(f"{name:>9}" for name in rows)]
+    for key in next(iter(rows.values())):
+        lines.append(f"{key:27}" + "".join(f"{row[key]:>9.3g}" for row in rows.values()))
+    return "\n".join(lines)
+
+
+def visible_panels(records: list[dict], compared: list[dict], fraction: float = VISIBLE) -> tuple[str, ...]:
+    """The `PANELS` on which the run `records` differs from the run `compared`: where one of the
+    panel's `signature` numbers differs by more than `fraction` of the larger of the two."""
+    ours, theirs = signature(records), signature(compared)
+
+    def differs(key: str) -> bool:
+        return abs(ours[key] - theirs[key]) > fraction * max(abs(ours[key]), abs(theirs[key]))
+    return tuple(panel for panel, keys in PANELS.items() if any(map(differs, keys)))
+
+
+def label_verdict(name: str, guess: str | None, variable: str) -> str:
+    """One line on the guess `guess` (the value of `variable`) for the lab run `name`: how to answer
+    where it is None or not one of `CHOICES`, else right or wrong."""
+    if guess is None:
+        return f"no guess yet: set {variable} to one of CHOICES (print(CHOICES) lists them)"
+    if guess not in CHOICES:
+        return f"{guess!r} is not one of CHOICES: {', '.join(map(repr, CHOICES))}"
+    if guess == LABELS[name]:
+        return f"right: {guess!r}"
+    return f"wrong: {guess!r}; look again at the panels, then read the reveal below"
+
+
+def panel_verdict(name: str, panel: str | None, variable: str) -> str:
+    """One line on the panel `panel` (the value of `variable`) said to show the lab run `name`'s
+    failure: how to answer where it is None or not one of `PANELS` or `NO_PANEL`, else whether it
+    is one of `SIGNATURE_PANELS[name]`."""
+    allowed = (*PANELS, NO_PANEL)
+    if panel is None:
+        return f"no panel yet: set {variable} to one of PANELS (or {NO_PANEL!r})"
+    if panel not in allowed:
+        return f"{panel!r} is not one of PANELS: {', '.join(map(repr, allowed))}"
+    if panel in SIGNATURE_PANELS[name]:
+        return f"right: {panel!r} shows it"
+    # why name them: the student learns where to look, and the reveal says why
+    return f"wrong: {panel!r} does not; it shows in {', '.join(map(repr, SIGNATURE_PANELS[name]))}"
+
+
+def check_guess(letter: str, run: dict, guess: str | None, panel: str | None) -> str:
+    """The lab's check of Run `letter` (the run `run` of `lab_runs`): the label guessed and the
+    panel that told it, each right or wrong, or how to answer (the variables guess_<letter> and
+    panel_<letter>); then the run's name and what it changed."""
+    suffix = letter.lower()
+    changed = ", ".join([*(f"{key}={value!r}" for key, value in run["changed"].items()),
+                         *([run["injected"]] if "injected" in run else [])])
+    return "\n".join([f"label: {label_verdict(run['name'], guess, f'guess_{suffix}')}",
+                      f"panel: {panel_verdict(run['name'], panel, f'panel_{suffix}')}",
+                      f"Run {letter} is {run['name']}: {changed} ({LABELS[run['name']]})"])
+
+
+def answer_or_none(answer: Callable[[], T]) -> T | None:
+    """`answer()`, or None while it is the release's stub (raises NotImplementedError): a cell that
+    uses an unwritten answer says how to answer instead of failing, so the notebook runs headless."""
+    try:
+        return answer()
+    except NotImplementedError:
+        return None
 
 
 def run_names(text: str) -> list[str]:

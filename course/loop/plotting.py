@@ -114,13 +114,17 @@ WATCH = (
 )
 
 
-def failure_panel(records: list[dict], healthy: list[dict], label: str, healthy_label: str = "healthy") -> Figure:
+def failure_panel(records: list[dict], healthy: list[dict], label: str, healthy_label: str = "healthy",
+                  also: dict[str, list[dict]] | None = None) -> Figure:
     """The six `WATCH` metrics per step of the run `records` (named `label`) beside the healthy run
-    (or another run to compare with, named `healthy_label`), dashed."""
+    (or another run to compare with, named `healthy_label`), dashed, and the runs of `also` (name:
+    records), dotted (the lab's repair: the repaired rerun beside the broken and healthy runs)."""
+    runs = [(healthy, healthy_label, "--"), *((run, name, ":") for name, run in (also or {}).items()),
+            (records, label, "-")]
     with matplotlib.rc_context(COURSE_STYLE):
         figure = Figure(figsize=(14, 6.5), layout="constrained")
         for axis, (title, key) in zip(figure.subplots(2, 3).flat, WATCH):
-            for run, name, style in ((healthy, healthy_label, "--"), (records, label, "-")):
+            for run, name, style in runs:
                 axis.plot([r["step"] for r in run], [r[key] for r in run], style, label=name)
             axis.set_title(title)
             axis.set_xlabel("step")
