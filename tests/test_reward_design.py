@@ -1,0 +1,45 @@
+"""course.lab.reward_design: notebook 08's reward exercise finds each loophole, and its run is
+the lab's recorded run for the same reward."""
+
+import pytest
+
+from course.lab.failure_runs import PER_STEP, load_failure_run, loophole_reward_fn
+from course.lab.reward_design import reward_holes, train_with_reward
+from course.loop.tasks import r1_zero_reward_fn
+
+
+def test_a_sound_reward_has_no_holes():
+    assert reward_holes(r1_zero_reward_fn) == []
+
+
+def test_run_ds_loophole_is_found():
+    holes = reward_holes(loophole_reward_fn)
+    assert [hole.split(":")[0] for hole in holes] == [
+        "the right answer with one more digit (Run D's loophole)", "the right answer twice"]
+
+
+def test_a_substring_reward_shows_four_holes():
+    def contains(response, truth):  # a common first try: the right digits anywhere
+        return {"reward": float(truth in response)}
+
+    found = [hole.split(":")[0] for hole in reward_holes(contains)]
+    assert found == ["the right answer with one more digit (Run D's loophole)", "the right answer twice",
+                     "the right answer without the tags", "the right answer, then more text"]
+
+
+def test_a_reward_that_raises_is_reported_not_raised():
+    def broken(response, truth):
+        return {"score": 1.0}
+
+    holes = reward_holes(broken)
+    assert len(holes) == len({h.split(":")[0] for h in holes}) and all("raises KeyError" in h for h in holes)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize("reward_fn, recorded", [(r1_zero_reward_fn, "healthy"),
+                                                 (loophole_reward_fn, "hackable_reward")])
+def test_training_on_a_reward_is_the_recorded_run_for_it(reward_fn, recorded):
+    records = train_with_reward(reward_fn, steps=3)
+    expected = load_failure_run(recorded)["records"][:3]
+    assert [{k: r[k] for k in PER_STEP} for r in records] == [{k: r[k] for k in PER_STEP} for r in expected]
