@@ -290,7 +290,7 @@ def test_a_class_of_unreadable_work_gets_a_note_on_every_row_and_jobs_are_clampe
 # ---- the test run itself -------------------------------------------------------------------------
 def test_the_test_run_says_why_tier_2_skipped_and_what_runs_it():
     private = ("no landlock sandbox here: tier 2's stage users cannot run this Python "
-               "(/root/.pyenv/versions/3.11.7/bin/python3: a folder above it is private)")
+               "(/home/someone/.pyenv/bin/python3: a folder above it is private)")
     lines = tier2_note([private] * 3 + ["needs a CUDA device"])
     assert lines[0] == f"3 tests of the sandbox's tier 2 were skipped: {private}"
     assert "/usr/bin/python3 -m venv .venv" in lines[1]

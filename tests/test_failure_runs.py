@@ -312,8 +312,11 @@ def test_the_repaired_rerun_retraces_the_healthy_run():
     healthy = load_failure_run("healthy")["records"][:REPAIR_STEPS]
     broken = load_failure_run("high_lr")["records"][:REPAIR_STEPS]
     assert [r["step"] for r in repaired] == list(range(1, REPAIR_STEPS + 1))
+    # the healthy run trained here, not the recording: sampled tokens may differ on another CPU or
+    # torch, the same configuration on one machine may not
+    retrained = rerun("healthy")
     for key in ("reward_mean", "format_reward_mean", "groups_with_signal"):
-        assert [r[key] for r in repaired] == pytest.approx([h[key] for h in healthy], abs=1e-3), key
+        assert [r[key] for r in repaired] == [h[key] for h in retrained], key
     ours, theirs, run_b = (signature(records) for records in (repaired, healthy, broken))
     assert min(h["reward_mean"] for h in healthy) <= ours["reward last 10"] <= max(
         h["reward_mean"] for h in healthy)

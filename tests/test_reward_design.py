@@ -1,9 +1,11 @@
 """course.lab.reward_design: notebook 08's reward exercise finds each loophole, and its run is
 the lab's recorded run for the same reward."""
 
+from dataclasses import replace
+
 import pytest
 
-from course.lab.failure_runs import PER_STEP, load_failure_run, loophole_reward_fn
+from course.lab.failure_runs import HEALTHY, PER_STEP, loophole_reward_fn, rounded, trained_records
 from course.lab.reward_design import reward_holes, train_with_reward
 from course.loop.tasks import r1_zero_reward_fn
 
@@ -37,9 +39,10 @@ def test_a_reward_that_raises_is_reported_not_raised():
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("single_thread")
-@pytest.mark.parametrize("reward_fn, recorded", [(r1_zero_reward_fn, "healthy"),
-                                                 (loophole_reward_fn, "hackable_reward")])
-def test_training_on_a_reward_is_the_recorded_run_for_it(reward_fn, recorded):
+@pytest.mark.parametrize("reward_fn, lab_run", [(r1_zero_reward_fn, "healthy"),
+                                                (loophole_reward_fn, "hackable_reward")])
+def test_training_on_a_reward_is_the_lab_run_for_it(reward_fn, lab_run):
+    # the lab's run trained here (the recordings hold another machine's floats): same config, seed
     records = train_with_reward(reward_fn, steps=3)
-    expected = load_failure_run(recorded)["records"][:3]
-    assert [{k: r[k] for k in PER_STEP} for r in records] == [{k: r[k] for k in PER_STEP} for r in expected]
+    expected, _ = trained_records(lab_run, replace(HEALTHY, steps=3))
+    assert [{k: rounded(r[k]) for k in PER_STEP} for r in expected] == [{k: r[k] for k in PER_STEP} for r in records]
