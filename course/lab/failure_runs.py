@@ -150,9 +150,10 @@ def per_micro_batch_train_step(counts: list[int] | None = None):
 
 
 def trained_records(name: str, config: TrainConfig, counts: list[int] | None = None,
-                    progress: bool = False) -> tuple[list[dict], dict]:
+                    progress: bool = False, task=None) -> tuple[list[dict], dict]:
     """Train run `name` of `RUNS` (with what `INJECTED` says it injects) under `config`: its
-    metrics.jsonl records and its summary. `counts` collects per_micro_batch's token counts."""
+    metrics.jsonl records and its summary. `counts` collects per_micro_batch's token counts;
+    `task` replaces the run's task (the reward exercise's reward)."""
     from course.loop.train import train  # torch: after the arguments are checked
     from course.submissions.implementations import Implementations
 
@@ -160,7 +161,8 @@ def trained_records(name: str, config: TrainConfig, counts: list[int] | None = N
     if name == "per_micro_batch":
         implementations = Implementations({"grpo_train_step": per_micro_batch_train_step(counts)},
                                           {"grpo_train_step": INJECTED[name]})
-    task = LoopholeAddition() if name == "hackable_reward" else None
+    if task is None and name == "hackable_reward":
+        task = LoopholeAddition()
     with tempfile.TemporaryDirectory(prefix="grpo_failure_run_") as folder:
         summary = train(config, Path(folder), progress=progress, implementations=implementations, task=task)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()

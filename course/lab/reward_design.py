@@ -12,13 +12,10 @@ reward gives back the healthy run step for step (seed 0), and a hackable one Run
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
-from course.lab.failure_runs import HEALTHY, KEPT, rounded
+from course.lab.failure_runs import HEALTHY, KEPT, rounded, trained_records
 from course.loop.tasks import AdditionTask, make_problems, r1_zero_reward_fn
 
 RewardFn = Callable[[str, str], dict[str, float]]
@@ -75,10 +72,5 @@ class RewardedAddition(AdditionTask):
 def train_with_reward(reward_fn: RewardFn, steps: int = REWARD_STEPS) -> list[dict]:
     """The failure lab's healthy run (seed 0, CPU) for `steps` steps, trained on `reward_fn`: its
     records, as `failure_runs.load_failure_run`'s, held-out accuracy at the healthy run's steps."""
-    from course.loop.train import train  # torch: only when a run is asked for
-
-    config = replace(HEALTHY, steps=steps)
-    with tempfile.TemporaryDirectory(prefix="grpo_reward_design_") as folder:
-        train(config, Path(folder), progress=False, task=RewardedAddition(reward_fn))
-        lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
-    return [{key: rounded(record[key]) for key in KEPT if key in record} for record in map(json.loads, lines)]
+    records, _ = trained_records("healthy", replace(HEALTHY, steps=steps), task=RewardedAddition(reward_fn))
+    return [{key: rounded(record[key]) for key in KEPT if key in record} for record in records]
