@@ -58,7 +58,7 @@ class LossTerms:
     ref_model: torch.nn.Module | None = None
     tis_cap: float = 2.0
     temperature: float = 1.0
-    grpo_loss: object | None = None  # a GRPOLossConfig or FrontierLoss, not pg_method's
+    grpo_loss: object | None = None  # a GRPOLossConfig: stage 5's loss, not pg_method's
 
 
 def grpo_train_step(
@@ -102,7 +102,7 @@ def grpo_train_step(
         loss_normalization, normalization_constant: "sequence", "token", "constant"; C.
         kl_beta, kl_estimator, tis_cap: β ≥ 0 and estimator of the KL penalty (β > 0
             needs ref_log_probs or ref_model); the TIS cap (with sampler_log_probs).
-        grpo_loss: a stage-5 `GRPOLossConfig` or a `FrontierLoss`; replaces pg_method's.
+        grpo_loss: a stage-5 `GRPOLossConfig`, whose loss replaces pg_method's.
     Returns (loss, metadata): the step's loss (0-dim, detached); step means of reward,
     advantage and loss metadata; `gradient_norm` (unclipped), `response_token_count`.
     """
