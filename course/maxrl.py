@@ -8,15 +8,16 @@ which for binary rewards weighs a prompt solved k times in G by G/k: hard prompt
 graded stage-3 normalizer (`compute_group_normalized_rewards(..., advantage_normalizer="mean")`)
 computes (r_i − mean)/(mean + ε). Two places where that goes wrong:
   a group of one   r − mean = 0, so A = 0 whatever the reward: a run with G = 1 learns nothing.
-                   The paper's order-1 truncation is REINFORCE, A = r (prime-rl PR #2985,
-                   2026-07-09: "[1] -> [0]" becomes "[1] -> [1]").
+                   The paper's order-1 truncation is REINFORCE, A = r; prime-rl's PR #2985
+                   (2026-07-09, open) makes that change ([1] → [0] becomes [1] → [1]).
   mean ≤ 0         only with rewards below 0 (a length penalty, a reward model): rewards (−1, 1)
                    have mean 0 and A = ±1/ε = ±10⁶ with ε = 1e-6; a negative mean flips every sign.
-                   prime-rl gives such a group A = 0 ("carries no signal"), and TRL's review of
-                   MaxRL (PR #5026) asks that binary rewards be stated as the assumption.
+                   prime-rl's main branch gives such a group A = 0 ("carries no signal"), and
+                   TRL's review of MaxRL (PR #5026) asks that binary rewards be stated as the
+                   assumption.
 The guard: A = r for G = 1; A = 0 for a group with mean ≤ 0; (r − mean)/mean otherwise (no ε: the
 mean is positive). Rewards below 0 are refused: the estimator is derived for binary rewards.
-Source: prime-rl `src/prime_rl/orchestrator/algo/max_rl.py` (PR #2985).
+Source: prime-rl `src/prime_rl/orchestrator/algo/max_rl.py` (commit 559b447, 2026-08-21), PR #2985.
 """
 
 from __future__ import annotations
