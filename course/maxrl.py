@@ -24,28 +24,25 @@ from __future__ import annotations
 
 import torch
 
+from course.advantages import compute_group_normalized_rewards
+
 
 def maxrl_advantages(raw_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Guarded MaxRL advantages (B,) of rewards (B,) ≥ 0 in consecutive groups of `group_size`."""
+    """Guarded MaxRL advantages (B,) of rewards (B,) ≥ 0 in consecutive groups of `group_size`.
+
+    Groups of two or more go through stage 3's `compute_group_normalized_rewards` with ε = 0,
+    which checks the shapes; a group with no success then gives 0/0, which becomes 0."""
     if not isinstance(raw_rewards, torch.Tensor) or raw_rewards.ndim != 1:
         raise ValueError(f"raw_rewards must be a 1-D tensor (B,), got "
                          f"{getattr(raw_rewards, 'shape', type(raw_rewards))}")
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
-        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    if raw_rewards.numel() == 0 or raw_rewards.numel() % group_size:
-        raise ValueError(f"raw_rewards has {raw_rewards.numel()} entries, not a positive "
-                         f"multiple of group_size={group_size}")
     rewards = raw_rewards if raw_rewards.is_floating_point() else raw_rewards.float()
     if not torch.isfinite(rewards).all() or (rewards < 0).any():
         raise ValueError("raw_rewards must be finite and >= 0 for MaxRL (binary rewards: arXiv "
                          "2602.02710), got a reward below 0 or not finite")
-    if group_size == 1:
+    if group_size == 1 and not isinstance(group_size, bool):
         return rewards.clone()  # REINFORCE: the order-1 truncation
-    grouped = rewards.reshape(-1, group_size)  # (n_groups, G)
-    mean = grouped.mean(dim=1, keepdim=True)  # (n_groups, 1)
-    solved = mean > 0
-    advantages = torch.where(solved, (grouped - mean) / torch.where(solved, mean, 1), 0)
-    return advantages.reshape(-1)
+    advantages, _ = compute_group_normalized_rewards(rewards, group_size, "mean", 0.0, "mean")
+    return torch.nan_to_num(advantages, nan=0.0)  # (B,); 0/0 where no response succeeded
 
 
 def maxrl_train_arguments(group_size: int) -> dict:

@@ -3,10 +3,10 @@ a dual clip and a floored CISPO weight. Ungraded: a trainer reads them through `
 
 With r_t = π(o_t)/π_b(o_t) = exp(log π − sg(log π_b)), π_b the policy the ratio is taken against
 (π_old, or the sampler μ: `FrontierLoss.ratio_against`), and a sequence advantage A:
-  sapo   −(4/τ)·σ(τ·(r − 1))·A,  τ = τ_pos if A > 0 else τ_neg      SAPO, Gao et al. 2025 (arXiv
+  sapo   −(4/τ)·σ(τ·(r − 1))·A,  τ = τ_pos if A > 0 else τ_neg      SAPO, Qwen 2025 (arXiv
          2511.20347); verl `compute_policy_loss_sapo` (τ_pos 1.0, τ_neg 1.05), TRL `loss_type="sapo"`
   gmpo   −A·exp(mean_t clip_A(log r_t)) per sequence, clip_A one-sided in log space:
-         A > 0: min(log r, ε_high);  A < 0: max(log r, −ε_low)      GMPO, Zhao et al. 2025 (arXiv
+         A > 0: min(log r, ε_high);  A < 0: max(log r, −ε_low)      GMPO 2025 (arXiv
          2507.20673); verl `geo_mean`, TRL `experimental/gmpo` (ε = 0.4 there)
   ppo    PPO-clip −min(r·A, clip(r, 1 − ε_low, 1 + ε_high)·A), and for A < 0 the dual clip
          min(that, −c·A): the loss of a bad token is at most c·|A|    Ye et al. 2020 (arXiv
@@ -24,6 +24,8 @@ away only afterwards leaves the value finite but makes the gradient nan (0·∞ 
 from __future__ import annotations
 
 import torch
+
+from course.losses import clipped_surrogate
 
 # verl clamps log r to this before exp in its vanilla, SAPO and CISPO losses
 LOG_RATIO_BOUND = 20.0
@@ -140,8 +142,7 @@ def dual_clip_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
     _, log_ratio, advantages, mask = masked_inputs(log_probs, base_log_probs, advantages,
                                                    response_mask)
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))  # (B, T)
-    loss = torch.maximum(-advantages * ratio,
-                         -advantages * ratio.clamp(1 - clip_low, 1 + clip_high))
+    _, _, loss = clipped_surrogate(ratio, advantages, clip_low, clip_high)  # stage 4's core
     if clip_ratio_c is not None:
         loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * clip_ratio_c), loss)
     return torch.where(mask, loss, 0)

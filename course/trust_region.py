@@ -2,7 +2,7 @@
 
 PPO's clip keeps a token but stops its gradient past 1 ± ε of the RATIO. Two 2026 trainers drop
 tokens by other measures, and compare π with the sampler μ that drew them:
-  DPPO's binary trust region (prime-rl's default loss; Li et al. 2026, arXiv 2602.04879): with
+  DPPO's binary trust region (prime-rl's default loss; DPPO, arXiv 2602.04879): with
   p = π(o_t), q = μ(o_t), a token is dropped when its probability moved past δ in the direction
   the advantage pushes it:  A > 0 and p − q > δ_high,  or  A ≤ 0 and p − q < −δ_low.
   |p − q| is the token's share of the total-variation distance; a ratio bound would drop a rare
