@@ -10,7 +10,8 @@ nbgrader replaces each `### BEGIN SOLUTION` ... `### END SOLUTION` region with a
 restore locked and test cells. The settings that shape the output are passed on the command line
 and user Jupyter config is kept out, so the same solutions/ always give the same bytes. The
 nbgrader `points` of every self-check cell are its function's points in `course.registry`
-(`registry_points`), so the release cannot drift from the autograder's scale.
+(`registry_points`), so the release cannot drift from the autograder's scale; a written answer's
+are `course.registry.WRITTEN`'s.
 """
 
 
@@ -27,7 +28,7 @@ from pathlib import Path
 import nbformat
 
 from course.paths import ROOT
-from course.registry import POINTS, STAGES
+from course.registry import POINTS, STAGES, WRITTEN
 
 ASSIGNMENT = "grpo"  # the nbgrader assignment id the release, the tests and instructors share
 
@@ -83,17 +84,24 @@ SELF_CHECKED = re.compile(r'self_check\(\s*"(\w+)"')  # the function (or stage) 
 
 def registry_points(notebook: nbformat.NotebookNode) -> bool:
     """Set the nbgrader `points` of each self-check cell of `notebook` to what `pytest autograder`
-    gives its function (`course.registry.POINTS`; a stage key: the stage's sum); True if any changed."""
+    gives its function (`course.registry.POINTS`; a stage key: the stage's sum), and of each written
+    answer to `course.registry.WRITTEN`'s; True if any changed."""
     changed = False
     for cell in notebook.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if not meta.get("grade") or meta.get("solution"):
+        if not meta.get("grade"):
             continue
-        names = SELF_CHECKED.findall(cell.source)
-        if len(names) != 1 or not (names[0] in POINTS or names[0] in STAGES):
-            raise ValueError(f"check cell {meta.get('grade_id')!r} must run self_check on one graded "
-                             f"function or stage, runs it on {names}")
-        points = sum(POINTS[name] for name in STAGES.get(names[0], names))
+        if meta.get("solution"):  # a written answer, graded by a person
+            if meta.get("grade_id") not in WRITTEN:
+                raise ValueError(f"written answer {meta.get('grade_id')!r} has no points in "
+                                 "course.registry.WRITTEN")
+            points = WRITTEN[meta["grade_id"]]
+        else:
+            names = SELF_CHECKED.findall(cell.source)
+            if len(names) != 1 or not (names[0] in POINTS or names[0] in STAGES):
+                raise ValueError(f"check cell {meta.get('grade_id')!r} must run self_check on one "
+                                 f"graded function or stage, runs it on {names}")
+            points = sum(POINTS[name] for name in STAGES.get(names[0], names))
         if meta.get("points") != points:
             meta["points"] = points
             changed = True

@@ -40,7 +40,7 @@ import pytest
 from nbclient import NotebookClient
 
 import course
-from course.registry import REGISTRY
+from course.registry import REGISTRY, WRITTEN
 from instructor.mistakes import CHECKS_DIR, TAG, stale_notebooks, write_sections
 from instructor.nbgrader_release import ASSIGNMENT, nbgrader_environment, stale_files
 
@@ -53,14 +53,22 @@ CELL_TIMEOUT_S = 900  # the end-to-end notebook trains for a couple of minutes i
 # 60 steps' (tests/test_implementations.py), so a shorter run trains the reference live
 NOTEBOOK_08_RUN = "steps=60, eval_every=20, eval_problems=200, eval_samples=2"
 NOTEBOOK_08_SHORT = "steps=2, eval_every=2, eval_problems=8, eval_samples=1"
+# its written experiments (two seeds, 25 to 50 steps each: minutes), and the 2 steps of one seed
+# their tests train (benchmarks/bench_experiments.py runs them whole)
+NOTEBOOK_08_EXPERIMENTS = ("experiment_seeds = (0, 1)", "experiment_steps = None")
+NOTEBOOK_08_EXPERIMENTS_SHORT = ("experiment_seeds = (0,)", "experiment_steps = 2")
 STUDENT = "student"
 
 
 def shorten_notebook_08(path: Path) -> None:
-    """Notebook 08 at `path`, its run cut to NOTEBOOK_08_SHORT."""
+    """Notebook 08 at `path`, its run cut to NOTEBOOK_08_SHORT and its experiments to
+    NOTEBOOK_08_EXPERIMENTS_SHORT."""
     text = path.read_text(encoding="utf-8")
-    assert text.count(NOTEBOOK_08_RUN) == 1
-    path.write_text(text.replace(NOTEBOOK_08_RUN, NOTEBOOK_08_SHORT), encoding="utf-8")
+    for long, short in zip((NOTEBOOK_08_RUN, *NOTEBOOK_08_EXPERIMENTS),
+                           (NOTEBOOK_08_SHORT, *NOTEBOOK_08_EXPERIMENTS_SHORT)):
+        assert text.count(long) == 1, long
+        text = text.replace(long, short)
+    path.write_text(text, encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +146,11 @@ def test_solution_notebook_metadata(name):
             continue  # a free cell the student may edit
         grade_ids.append(meta["grade_id"])
         assert meta["schema_version"] == 3
-        if meta["solution"]:
+        if meta["solution"] and meta["grade"]:  # a written answer, graded by a person
+            assert cell.cell_type == "markdown" and not meta["locked"], cell.id
+            assert meta["points"] == WRITTEN[meta["grade_id"]], cell.id
+            assert "**Model answer.**" in cell.source and "**Rubric (" in cell.source, cell.id
+        elif meta["solution"]:
             assert cell.cell_type == "code" and not meta["grade"] and not meta["locked"]
             source = cell.source
             assert source.count("### BEGIN SOLUTION") == 1 and source.count("### END SOLUTION") == 1
@@ -313,7 +325,7 @@ def test_solution_notebook_executes(name, request, kernel_environment, tmp_path,
     print(f"\n{name}: cells executed in {seconds:.1f} s")
     assert error_outputs(notebook) == []
     for cell in notebook.cells:
-        if nbgrader_meta(cell).get("grade"):  # self-check cells print their table
+        if nbgrader_meta(cell).get("grade") and cell.cell_type == "code":  # self-checks print a table
             assert any(out.get("output_type") == "stream" for out in cell.outputs), cell.id
     if name == "08_end_to_end.ipynb":  # a run not the recorded one: the reference trains live
         trained = next(c for c in notebook.cells if c.get("id") == "08_train")
@@ -429,6 +441,8 @@ def autograded_course(kernel_environment, tmp_path_factory):
     source.mkdir(parents=True)
     for name in names:
         shutil.copyfile(SOLUTIONS / name, source / name)
+        if name == "08_end_to_end.ipynb":
+            shorten_notebook_08(source / name)
 
     start = time.perf_counter()
     (course_dir / ".jupyter_config").mkdir()
@@ -446,6 +460,8 @@ def autograded_course(kernel_environment, tmp_path_factory):
         submitted.mkdir(parents=True)
         for name in names:
             shutil.copyfile(folder / name, submitted / name)
+            if name == "08_end_to_end.ipynb":
+                shorten_notebook_08(submitted / name)
     nbgrader("autograde", ASSIGNMENT, "--force")
     seconds = time.perf_counter() - start
     print(f"\nnbgrader generate_assignment + autograde of {len(names)} notebooks x 2 submissions: {seconds:.1f} s")
@@ -463,15 +479,43 @@ def gradebook_scores(course_dir: Path, student: str, names: list[str]) -> dict[s
 
 @pytest.mark.slow
 def test_nbgrader_gives_the_solutions_full_marks(autograded_course):
+    """The autograded part in full; the written answers wait for a person (nbgrader's formgrader),
+    and once each is graded full, the notebook has full marks."""
+    from nbgrader.api import Gradebook
+
     course_dir, names = autograded_course
     scores = gradebook_scores(course_dir, "solutions", names)
     assert all(maximum > 0 for _, maximum in scores.values()), scores
+    written = {name: sum(WRITTEN[nbgrader_meta(cell)["grade_id"]]
+                         for cell in nbformat.read(SOLUTIONS / name, 4).cells
+                         if nbgrader_meta(cell).get("grade") and nbgrader_meta(cell).get("solution"))
+               for name in names}
+    assert sum(written.values()) == sum(WRITTEN.values())
+    assert all(score == maximum - written[name] for name, (score, maximum) in scores.items()), scores
+    kept = nbformat.read(course_dir / "autograded" / "solutions" / ASSIGNMENT / "08_end_to_end.ipynb", 4)
+    answers = {cell.id: cell.source for cell in kept.cells if cell.id in WRITTEN}
+    assert answers == {cell.id: cell.source for cell in nbformat.read(SOLUTIONS / "08_end_to_end.ipynb", 4).cells
+                       if cell.id in WRITTEN}  # autograde keeps what was written
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gradebook:
+        for grade_id in WRITTEN:
+            grade = gradebook.find_grade(grade_id, "08_end_to_end", ASSIGNMENT, "solutions")
+            assert grade.needs_manual_grade and grade.auto_score is None, grade_id
+            grade.manual_score = grade.max_score  # what the instructor gives the model answer
+        gradebook.db.commit()
+    scores = gradebook_scores(course_dir, "solutions", names)
     assert all(score == maximum for score, maximum in scores.values()), scores
 
 
 @pytest.mark.slow
 def test_nbgrader_gives_the_blank_release_zero(autograded_course):
+    """Zero, and an unanswered written answer needs no person: nbgrader scores it 0 itself."""
+    from nbgrader.api import Gradebook
+
     course_dir, names = autograded_course
     scores = gradebook_scores(course_dir, "blank", names)
     assert all(maximum > 0 for _, maximum in scores.values()), scores
     assert all(score == 0 for score, _ in scores.values()), scores
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gradebook:
+        for grade_id in WRITTEN:
+            grade = gradebook.find_grade(grade_id, "08_end_to_end", ASSIGNMENT, "blank")
+            assert not grade.needs_manual_grade and grade.score == 0, grade_id

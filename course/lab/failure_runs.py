@@ -150,14 +150,14 @@ def per_micro_batch_train_step(counts: list[int] | None = None):
 
 
 def trained_records(name: str, config: TrainConfig, counts: list[int] | None = None,
-                    progress: bool = False, task=None) -> tuple[list[dict], dict]:
+                    progress: bool = False, task=None, implementations=None) -> tuple[list[dict], dict]:
     """Train run `name` of `RUNS` (with what `INJECTED` says it injects) under `config`: its
     metrics.jsonl records and its summary. `counts` collects per_micro_batch's token counts;
-    `task` replaces the run's task (the reward exercise's reward)."""
+    `task` replaces the run's task (the reward exercise's reward); `implementations` whose stages
+    train (default: the reference's; the written experiments pass the learner's)."""
     from course.loop.train import train  # torch: after the arguments are checked
     from course.submissions.implementations import Implementations
 
-    implementations = None
     if name == "per_micro_batch":
         implementations = Implementations({"grpo_train_step": per_micro_batch_train_step(counts)},
                                           {"grpo_train_step": INJECTED[name]})
