@@ -125,6 +125,61 @@ def policy_gradient_loss(
     return torch.stack(rows)
 
 
+def frontier_loss(method: str, advantages, log_probs, base_log_probs, mask, clip_low=0.2,
+                  clip_high=0.2, dual_clip=None, cispo_floor=True, tau_pos=1.0, tau_neg=1.05,
+                  trust_region=0.0, ratio_kl=0.0, outlier_low=None, outlier_high=None):
+    """The 2025–26 losses token by token (B, T), 0 off the mask: ppo (dual clip), cispo (floored),
+    sapo, gmpo, dppo; written from the papers' formulas (SAPO arXiv 2511.20347, GMPO arXiv
+    2507.20673, dual clip arXiv 1912.09729, DPPO arXiv 2602.04879), not from `course`."""
+    B, T = log_probs.shape
+    rows = []
+    for i in range(B):
+        a = float(advantages[i])
+        tokens = [t for t in range(T) if mask[i, t]]
+        if method == "gmpo":  # one clipped geometric-mean ratio per row
+            clipped = []
+            for t in tokens:
+                x = log_probs[i, t] - base_log_probs[i, t].detach()
+                if a > 0:
+                    x = torch.clamp(x, max=clip_high)
+                elif a < 0:
+                    x = torch.clamp(x, min=-clip_low)
+                clipped.append(x)
+            s = torch.exp(sum(clipped) / len(clipped)) if tokens else None
+        row = []
+        for t in range(T):
+            if not mask[i, t]:
+                row.append(torch.zeros((), dtype=log_probs.dtype))
+                continue
+            lp, b = log_probs[i, t], base_log_probs[i, t].detach()
+            r = torch.exp(lp - b)
+            if method == "ppo":
+                value = -torch.minimum(r * a, torch.clamp(r, 1 - clip_low, 1 + clip_high) * a)
+                if dual_clip is not None and a < 0:
+                    value = torch.clamp(value, max=-dual_clip * a)
+            elif method == "cispo":
+                weight = torch.clamp(r, 1 - clip_low if cispo_floor else None, 1 + clip_high)
+                value = -weight.detach() * a * lp
+            elif method == "sapo":
+                tau = tau_pos if a > 0 else tau_neg
+                value = -(4 / tau) * torch.sigmoid(tau * (r - 1)) * a
+            elif method == "gmpo":
+                value = -a * s
+            elif method == "dppo":
+                moved = float(torch.exp(lp.detach()) - torch.exp(b))
+                dropped = moved > trust_region if a > 0 else moved < -trust_region
+                value = (0 if dropped else -a * r) + ratio_kl * (lp - b) ** 2
+            else:
+                raise ValueError(method)
+            ratio = float(r.detach())
+            if (outlier_low is not None and ratio < outlier_low) or (
+                    outlier_high is not None and ratio > outlier_high):
+                value = value * 0
+            row.append(value)
+        rows.append(torch.stack(row))
+    return torch.stack(rows)
+
+
 def kl(delta: torch.Tensor, estimator: str, ratio: torch.Tensor | None = None) -> torch.Tensor:
     """Schulman's estimators of KL(π‖π_ref) from δ = log π − log π_ref."""
     if estimator == "k1":
@@ -201,7 +256,7 @@ def full_batch_loss(
     cliprange: float | None = None, constant: float | None = None, rows=None,
     per_microbatch_token_count: bool = False, accumulation_steps: int = 1, normalizer: str = "std",
     kl_beta: float = 0.0, ref_log_probs=None, kl_estimator: str = "k3", sampler_log_probs=None,
-    tis_cap: float = 2.0, token_weights=None, clip_higher: float | None = None,
+    tis_cap: float = 2.0, token_weights=None, clip_higher: float | None = None, frontier=None,
 ):
     """The GRPO objective of the whole batch (or of `rows` of it, with the whole batch's scale).
 
@@ -209,7 +264,8 @@ def full_batch_loss(
     micro-batch's own token count and then by the number of accumulation steps.
     With `sampler_log_probs`, each token's policy-gradient loss is weighted by min(π_old/π_sampler, cap)
     (π_old: `old_log_probs`, else the policy itself, detached); with `kl_beta` > 0, β·KL(π ‖ π_ref)
-    is added per token before the aggregation.
+    is added per token before the aggregation. `frontier` (a dict of `frontier_loss`'s arguments,
+    with "base" the (B, T) log-probs the ratio is taken against) replaces `method`'s loss.
     """
     tokens = tokenize(batch["prompts"], batch["responses"], tokenizer)
     advantages = torch.tensor(
@@ -221,8 +277,15 @@ def full_batch_loss(
     mask = tokens["response_mask"][rows]
     logp = response_log_probs(model, tokens["input_ids"][rows], tokens["labels"][rows])
     old = None if old_log_probs is None else old_log_probs[rows]
-    loss = policy_gradient_loss(method, advantages[rows], logp, old, cliprange, mask, clip_higher)
     behaviour = logp.detach() if old is None else old
+    if frontier is None:
+        loss = policy_gradient_loss(method, advantages[rows], logp, old, cliprange, mask, clip_higher)
+    else:
+        options = dict(frontier)
+        base = options.pop("base")
+        base = behaviour if base is None else base[rows]
+        loss = frontier_loss(method, advantages[rows], logp, base, mask, **options)
+        behaviour = base
     if sampler_log_probs is not None:
         weights = torch.exp(behaviour - sampler_log_probs[rows]).clamp(max=tis_cap)
         loss = loss * weights

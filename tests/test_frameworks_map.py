@@ -2,9 +2,9 @@
 course's functions, against a value worked by hand from the framework's own formula.
 
 Each hand formula restates what the cited framework file computes (TRL 1.10.0.dev0, verl 0.8.0.dev,
-open-instruct e6c3044; see the doc's Sources); nothing is imported from the frameworks and nothing is
-downloaded. The last tests parse the doc: a table row that holds a number must name one of the tests
-in this file, and every name must exist.
+open-instruct e6c3044, prime-rl 559b447, SkyRL a956457; see the doc's Sources); nothing is imported
+from the frameworks and nothing is downloaded. The last tests parse the doc: a table row that holds
+a number must name one of the tests in this file, and every name must exist.
 """
 
 import math
@@ -16,15 +16,19 @@ import torch
 
 from course.advantages import compute_group_normalized_rewards
 from course.aggregation import aggregate_loss_across_microbatch, calculate_loss_and_backward
+from course.frontier_loss import FrontierLoss
 from course.loop.filters import informative_groups
 from course.loop.importance import importance_weights
 from course.losses import compute_policy_gradient_loss
+from course.maxrl import maxrl_advantages
 from course.off_policy import (
     GRPOLossConfig,
     compute_grpo_loss,
     estimate_kl,
     truncated_importance_weights,
 )
+from course.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
+from course.trust_region import dppo_loss, outlier_mask, sequence_log_ratio
 from course.variants import KL_ESTIMATOR_NUMBERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
@@ -318,12 +322,15 @@ def test_verl_vanilla_is_course_grpo_off_dual_clip():
 
 def test_verl_dual_clip():
     """verl dual-clip (clip_ratio_c = 3.0): for A < 0 the loss is at most −A·3. A = −1, r = 4: verl 3,
-    the course (no dual clip) 4."""
-    new, old, adv = log_ratio_batch([4.0], [-1.0])
+    the course's grpo (no dual clip) 4, its `dual_clip_loss` (`--dual-clip 3`) 3; A = +1, r = 0.5:
+    −0.5 in both."""
+    new, old, adv = log_ratio_batch([4.0, 0.5], [-1.0, 1.0])
     course, _ = compute_policy_gradient_loss(adv, new, "grpo", old, 0.2)
     assert close(course[0, 0], 4.0)
-    verl = min(1.0 * 3.0, max(4.0, 1.2))
-    assert verl == 3.0
+    verl = [min(1.0 * 3.0, max(4.0, 1.2)), max(-0.5, -0.8)]
+    assert verl == [3.0, -0.5]
+    dual = dual_clip_loss(new, old, adv, None, 0.2, 0.2, clip_ratio_c=3.0)
+    assert close(dual[0, 0], verl[0]) and close(dual[1, 0], verl[1])
 
 
 def test_verl_cispo_floor():
@@ -337,6 +344,85 @@ def test_verl_cispo_floor():
     verl = [-min(max(r, 0.8), 1.2) * 1.0 * -1.0 for r in (0.5, 1.5)]
     assert verl == pytest.approx([0.8, 1.2], abs=TOL)
     assert close(course[1, 0], verl[1])  # above the floor they agree
+    floored = floored_cispo_loss(logp, logp - torch.log(ratio), adv, None, 0.2, 0.2)  # --cispo-floor
+    assert close(floored[0, 0], verl[0]) and close(floored[1, 0], verl[1])
+
+
+def test_trl_verl_sapo():
+    """TRL loss_type='sapo' and verl loss_mode='sapo': −(4/τ)·σ(τ·(r − 1))·A with τ = 1.0 where A > 0
+    and 1.05 where A ≤ 0. r = 1.5, A = 1: −4σ(0.5) = −2.4898373; r = 0.5, A = −1:
+    (4/1.05)·σ(−0.525) = 1.4159383."""
+    new, old, adv = log_ratio_batch([1.5, 0.5], [1.0, -1.0])
+    course = sapo_loss(new, old, adv, None, tau_pos=1.0, tau_neg=1.05)
+    for got, r, a in zip(course[:, 0], [1.5, 0.5], [1.0, -1.0]):
+        tau = 1.0 if a > 0 else 1.05
+        assert close(got, -(4 / tau) / (1 + math.exp(-tau * (r - 1))) * a)
+    assert close(course[0, 0], -2.4898373248074184) and close(course[1, 0], 1.4159383303033666)
+
+
+def test_trl_verl_gmpo():
+    """TRL GMPOTrainer (epsilon 0.4) and verl loss_mode='geo_mean' (its clip_ratio, 0.2): one ratio per
+    row, exp(mean_t of log r clipped one-sidedly in log space). Tokens r = 1.5, 0.5, A = 1: TRL
+    −exp((0.4 + log 0.5)/2) = −0.8636622, verl −exp((0.2 + log 0.5)/2) = −0.7814739."""
+    new = torch.log(torch.tensor([[1.5, 0.5]], dtype=D))
+    old, adv = torch.zeros_like(new), torch.tensor([1.0], dtype=D)
+    for eps, want in ((0.4, -0.8636621728550089), (0.2, -0.7814738505414528)):
+        hand = -math.exp((min(math.log(1.5), eps) + math.log(0.5)) / 2)
+        assert close(hand, want)
+        course = gmpo_loss(new, old, adv, None, eps, eps)
+        assert close(course[0, 0], want) and close(course[0, 1], want)
+
+
+def test_trl_sequence_is_product():
+    """TRL vllm_importance_sampling_mode='sequence_*' sums the log-ratios (the product of the ratios;
+    TRL #5814): 400 tokens of log ρ = −0.002 give 0.4493290, the geometric mean 0.9980020."""
+    log_rho, mask = torch.full((1, 400), -0.002, dtype=D), torch.ones(1, 400)
+    assert close(math.exp(sequence_log_ratio(log_rho, mask, "product").item()), 0.44932896411722156)
+    assert close(math.exp(sequence_log_ratio(log_rho, mask, "geometric").item()), math.exp(-0.002))
+    weights = importance_weights(torch.zeros(1, 400, dtype=D), -log_rho, mask, "sequence", "truncate", 3.0)
+    assert close(weights[0, 0], 0.44932896411722156)  # --is-level sequence is TRL's product
+
+
+def test_trl_token_mask_outliers():
+    """TRL vllm_importance_sampling_mode='token_mask', clip_min 0.5, clip_max 3.0: ρ = 0.4, 1.0, 3.5
+    weigh 0, 1, 0. The course's outlier mask keeps the same tokens (`--outlier-low 0.5 --outlier-high 3`)."""
+    log_rho = torch.log(torch.tensor([[0.4, 1.0, 3.5]], dtype=D))
+    trl = [0.0 if r < 0.5 or r > 3.0 else r for r in (0.4, 1.0, 3.5)]
+    keep = outlier_mask(log_rho, torch.ones(1, 3), low=0.5, high=3.0)
+    assert [float(k) * r for k, r in zip(keep[0], (0.4, 1.0, 3.5))] == pytest.approx(trl, abs=TOL)
+
+
+def test_prime_rl_dppo_default():
+    """prime-rl's default loss (dppo_mask_low = dppo_mask_high = 0.2, adv_tau 1.0, kl_tau 1e-3):
+    −keep·A·r + 1e-3·(log r)², r = π/μ. p = 0.5, μ = 0.25, A = 1: dropped, 1e-3·log² 2 = 0.00048045;
+    A = −1: kept, 2.00048045."""
+    new = torch.log(torch.tensor([[0.5], [0.5]], dtype=D))
+    sampler, adv = torch.log(torch.tensor([[0.25], [0.25]], dtype=D)), torch.tensor([1.0, -1.0], dtype=D)
+    course = dppo_loss(new, sampler, adv, None, 0.2, 0.2, 1e-3)
+    kl = 1e-3 * math.log(2) ** 2
+    assert close(course[0, 0], kl) and close(course[1, 0], 2.0 + kl)
+    assert FrontierLoss("dppo", trust_region=0.2, ratio_kl=1e-3, ratio_against="sampler").method == "dppo"
+
+
+def test_prime_rl_maxrl():
+    """prime-rl algo max_rl: (r − mean)/mean per group, 0 for a group with mean ≤ 0; its PR #2985
+    (open) gives a group of one A = r. [1, 0, 0, 0] → [3, −1, −1, −1]; [0, 0] → [0, 0]; [1] → [1]."""
+    assert maxrl_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4).tolist() == [3.0, -1.0, -1.0, -1.0]
+    assert maxrl_advantages(torch.tensor([0.0, 0.0]), 2).tolist() == [0.0, 0.0]
+    assert maxrl_advantages(torch.tensor([1.0]), 1).tolist() == [1.0]
+
+
+def test_skyrl_cispo_anchor():
+    """SkyRL cispo_anchor: 'old' (r = π/π_old, recomputed: 1 at one update per batch) or 'rollout'
+    (r = π/μ). π = 0.6, π_old = 0.6, μ = 0.4, A = 1, cap 1.2: weight 1 against π_old, min(1.5, 1.2) = 1.2
+    against μ (`--ratio-against sampler`)."""
+    logp = torch.log(torch.tensor([[0.6]], dtype=D))
+    micro = {"advantages": torch.tensor([1.0], dtype=D), "response_mask": torch.ones(1, 1),
+             "sampler_log_probs": torch.log(torch.tensor([[0.4]], dtype=D))}
+    for against, weight in (("old", 1.0), ("sampler", 1.2)):
+        config = FrontierLoss("cispo", clip_low=0.2, clip_high=0.2, cispo_floor=False, ratio_against=against)
+        loss, _ = config.per_token_loss(micro, logp, logp.clone(), None, None)
+        assert close(loss[0, 0], -weight * math.log(0.6))
 
 
 def test_verl_k3_clamp():
@@ -515,7 +601,8 @@ def numbers_in(header, cells):
 
 def test_the_map_has_its_tables():
     text = DOC.read_text(encoding="utf-8")
-    for heading in ("## TRL", "## verl", "## open-instruct", "## Metrics", "## Intended differences"):
+    for heading in ("## TRL", "## verl", "## open-instruct", "## prime-rl and SkyRL", "## Metrics",
+                    "## Intended differences"):
         assert heading in text, heading
     rows = table_rows(text)
     assert len(rows) >= 40
@@ -540,7 +627,7 @@ def test_every_row_cites_a_file_and_a_version():
     for header, cells in table_rows(DOC.read_text(encoding="utf-8")):
         source = cells[header.index("source")]
         assert re.search(r"\w+\.(py|yaml)", source), f"row {cells[0]!r} cites no file"
-        assert re.search(r"1\.10\.0\.dev0|0\.8\.0\.dev|e6c3044|PR #\d+|#\d+", source), \
+        assert re.search(r"1\.10\.0\.dev0|0\.8\.0\.dev|e6c3044|559b447|a956457|PR #\d+|#\d+", source), \
             f"row {cells[0]!r} cites no version"
 
 

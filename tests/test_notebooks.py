@@ -127,8 +127,9 @@ def graded_notebooks() -> list[str]:
 
 # --- static: the metadata nbgrader and the autograder rely on ------------------------------------
 
-def test_there_are_eight_stages_and_the_optional_real_model_notebook_released():
-    assert len(SOLUTION_NAMES) == 9 and SOLUTION_NAMES[-1] == "09_real_model.ipynb", SOLUTION_NAMES
+def test_there_are_eight_stages_and_the_optional_notebooks_released():
+    optional = ["09_real_model.ipynb", "10_frontier_losses.ipynb"]
+    assert len(SOLUTION_NAMES) == 10 and SOLUTION_NAMES[-2:] == optional, SOLUTION_NAMES
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
 
 

@@ -30,7 +30,9 @@ A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.model
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
 problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.loop.filters`),
 `--overlong filter|soft`, `--is-level`/`--is-mode` (`course.loop.importance`), `--entropy-coef`
-(`course.loop.entropy_bonus`); `docs/real_models.md`.
+(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26 (`course.frontier_loss`):
+`--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`, `--ratio-against sampler`,
+`--outlier-low/--outlier-high`; MaxRL's guard (`course.maxrl`) with `--advantage-normalizer mean`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from course.distributed import rank_and_world_size
+from course.frontier_loss import FrontierLoss
 from course.loop.entropy_bonus import train_step_with_entropy_bonus
 from course.loop.filters import (
     informative_groups,
@@ -80,10 +83,13 @@ from course.loop.train_config import (  # re-exported: `from course.loop.train i
     WARM_START,
     ConfigError,
     TrainConfig,
+    frontier_field,
+    frontier_loss_problem,
     grpo_loss_problem,
     temperature_problem,
     validate,
 )
+from course.maxrl import maxrl_train_arguments, refuse_negative_rewards
 from course.metrics import compare_logprobs
 from course.off_policy import GRPOLossConfig, estimate_kl
 from course.submissions.implementations import Implementations
@@ -229,6 +235,8 @@ def loss_arguments(config: TrainConfig) -> dict:
     """The train step's loss arguments for `config.pg_method`: stage 4's loss with its ε and the
     KL penalty, or (dapo, cispo) stage 5's `GRPOLossConfig`, which carries the clip bounds, the
     KL estimator and β itself."""
+    if frontier_field(config) is not None:
+        return {"pg_method": "none", "kl_beta": 0.0, "grpo_loss": frontier_loss(config)}
     if config.pg_method in GRPO_LOSS_FNS:
         grpo_loss = GRPOLossConfig(config.pg_method, clip_lower=config.cliprange,
                                    clip_higher=config.clip_higher or config.cliprange,
@@ -237,6 +245,28 @@ def loss_arguments(config: TrainConfig) -> dict:
     cliprange = config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None
     return {"pg_method": config.pg_method, "cliprange": cliprange, "kl_beta": config.kl_beta,
             "kl_estimator": config.kl_estimator}
+
+
+def frontier_loss(config: TrainConfig) -> FrontierLoss:
+    """The FrontierLoss (`course.frontier_loss`) of `config`: grpo and dapo are its ppo (with the dual
+    clip), dppo takes prime-rl's τ = 1e-3 of its squared log-ratio, the others their names."""
+    method = {"grpo": "ppo", "dapo": "ppo"}.get(config.pg_method, config.pg_method)
+    dppo = method == "dppo"
+    return FrontierLoss(method, clip_low=config.cliprange, clip_high=config.clip_higher or config.cliprange,
+                        dual_clip=config.dual_clip or None, cispo_floor=config.cispo_floor,
+                        tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
+                        trust_region=config.trust_region if dppo else 0.0, ratio_kl=1e-3 if dppo else 0.0,
+                        ratio_against=config.ratio_against, outlier_low=config.outlier_low or None,
+                        outlier_high=config.outlier_high or None, kl_estimator=config.kl_estimator,
+                        beta=config.kl_beta)
+
+
+def advantage_arguments(config: TrainConfig) -> dict:
+    """The train step's baseline and normalizer: MaxRL (mean baseline, mean normalizer) guarded for a
+    group of one as `course.maxrl` says (A = r); the others as given."""
+    if (config.baseline, config.advantage_normalizer) == ("mean", "mean"):
+        return maxrl_train_arguments(config.group_size)
+    return {"baseline": config.baseline, "advantage_normalizer": config.advantage_normalizer}
 
 
 def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
@@ -252,6 +282,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
         raise ConfigError("temperature", problem)
     if problem := grpo_loss_problem(train_step, config.pg_method):
         raise ConfigError("pg_method", problem)
+    if problem := frontier_loss_problem(train_step, config):
+        raise ConfigError(frontier_field(config), problem)
     if config.entropy_coef:
         train_step = functools.partial(train_step_with_entropy_bonus, train_step,
                                        entropy_coef=config.entropy_coef)
@@ -265,6 +297,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     reward_fn = task.reward_fn
     if config.overlong == "soft":
         reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens, config.overlong_buffer)
+    if config.advantage_normalizer == "mean":  # MaxRL: rewards below 0 are refused as they come
+        reward_fn = refuse_negative_rewards(reward_fn)
     # the tiny model always keeps its starting point (the KL panel); a real one only for the KL penalty
     needs_reference = config.kl_beta > 0 or not config.model
     reference = copy.deepcopy(policy).eval().requires_grad_(False) if needs_reference else None
@@ -321,7 +355,7 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                     model, tokenizer, optimizer, min(config.gradient_accumulation_steps, len(rollouts)),
                     config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
                     rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
-                    baseline=config.baseline, advantage_normalizer=config.advantage_normalizer,
+                    **advantage_arguments(config),
                     old_log_probs=log_probs["old_log_probs"] if needs_old else None,
                     loss_normalization=config.normalization, normalization_constant=constant,
                     **loss_arguments(config),

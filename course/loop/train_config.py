@@ -15,6 +15,7 @@ from course.cli import bounded_types, flag_type, out_of_range
 from course.paths import CHECKPOINTS
 from course.variants import (
     BASELINES,
+    FRONTIER_PG_METHODS,
     GRPO_LOSS_FNS,
     IS_LEVELS,
     IS_MODES,
@@ -24,6 +25,7 @@ from course.variants import (
     MODEL_DTYPES,
     NORMALIZERS,
     OVERLONG,
+    RATIO_AGAINST,
     RUN_PG_METHODS,
     TASKS,
 )
@@ -34,7 +36,7 @@ RUN_FILES = ("metrics.jsonl", "summary.json", "training_curves.png", "policy.pt"
 CHOICES = {"pg_method": RUN_PG_METHODS, "normalization": LOSS_NORMALIZATIONS, "sampler_dtype": ("float32", "bfloat16"),
            "baseline": BASELINES, "advantage_normalizer": NORMALIZERS, "kl_estimator": KL_ESTIMATORS,
            "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
-           "is_mode": IS_MODES}
+           "is_mode": IS_MODES, "ratio_against": RATIO_AGAINST}
 # More torch threads than cores only wait on each other; far more crash torch's thread pool.
 MAX_THREADS = os.cpu_count() or 1
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
@@ -48,7 +50,11 @@ BOUNDS = {
     "eval_problems": (1, True), "eval_samples": (1, True), "eval_every": (0, True), "seed": (0, True, MAX_SEED),
     "threads": (0, True, MAX_THREADS), "lora_rank": (0, True), "logits_chunk_size": (0, True),
     "dynamic_sampling_tolerance": (0, True), "overlong_buffer": (1, True), "entropy_coef": (0, True),
+    "dual_clip": (0, True), "sapo_tau_pos": (0, False), "sapo_tau_neg": (0, False), "trust_region": (0, False),
+    "outlier_low": (0, True), "outlier_high": (0, True),
 }
+# the methods whose ratio r = π/π_b a trainer clips, gates or masks: --ratio-against and the outlier mask act on them
+RATIO_PG_METHODS = ("grpo", "dapo", "cispo") + FRONTIER_PG_METHODS
 
 
 @dataclass
@@ -70,12 +76,36 @@ class TrainConfig:
     """AdamW weight decay."""
     pg_method: str = "grpo"
     """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo (stage 4's
-    compute_policy_gradient_loss), or dapo, cispo (stage 5's compute_grpo_loss, open-instruct's)."""
+    compute_policy_gradient_loss), dapo, cispo (stage 5's compute_grpo_loss, open-instruct's), or
+    sapo (soft gate, arXiv 2511.20347), gmpo (clipped geometric mean, arXiv 2507.20673), dppo
+    (probability trust region, arXiv 2602.04879; prime-rl's default), from course.frontier_loss."""
     cliprange: float = 0.2
-    """ε of the clipped losses (grpo, gspo); ε_low of dapo, clipping the ratio below at 1 − ε."""
+    """ε of the clipped losses (grpo, gspo); ε_low of dapo, clipping the ratio below at 1 − ε; gmpo's
+    bound in log space, log r ≥ −ε (the GMPO paper uses 0.4)."""
     clip_higher: float = 0.0
-    """ε_high of dapo and cispo: the ratio is clipped (cispo: capped) above at 1 + ε_high; DAPO's
-    clip-higher is 0.28 (Yu et al. 2025, arXiv 2503.14476). 0: the same as --cliprange."""
+    """ε_high of dapo, cispo and gmpo: the ratio is clipped (cispo: capped; gmpo: in log space) above
+    at 1 + ε_high; DAPO's clip-higher is 0.28 (Yu et al. 2025, arXiv 2503.14476). 0: --cliprange."""
+    dual_clip: float = 0.0
+    """c of dual-clip PPO for --pg-method grpo or dapo: a token with A < 0 costs at most c·|A| (Ye et al.
+    2020, arXiv 1912.09729; verl's clip_ratio_c, 3). 0: off; otherwise above 1."""
+    cispo_floor: bool = False
+    """--pg-method cispo: floor the weight at 1 − --cliprange too, as verl's cispo does (off: capped above
+    only, as MiniMax-M1, arXiv 2506.13585, and open-instruct)."""
+    sapo_tau_pos: float = 1.0
+    """SAPO's gate temperature where A > 0 (--pg-method sapo; verl tau_pos, TRL sapo_temperature_pos)."""
+    sapo_tau_neg: float = 1.05
+    """SAPO's gate temperature where A ≤ 0 (verl tau_neg, TRL sapo_temperature_neg)."""
+    trust_region: float = 0.2
+    """δ of --pg-method dppo: a token whose probability moved more than δ from π_b's in the direction its
+    advantage pushes is dropped (prime-rl's dppo_mask_low and dppo_mask_high)."""
+    ratio_against: str = "old"
+    """What the ratio r = π/π_b of grpo, dapo, cispo, sapo, gmpo and dppo is taken against: old (π_old)
+    or sampler (the rollout's own log-probs, as prime-rl, and SkyRL's cispo_anchor=rollout; the
+    truncated importance weights are then left out, r holds that correction)."""
+    outlier_low: float = 0.0
+    """Drop tokens whose ratio r is below this (TRL's token_mask, vllm_importance_sampling_clip_min); 0: off."""
+    outlier_high: float = 0.0
+    """Drop tokens whose ratio r is above this (TRL's token_mask, vllm_importance_sampling_clip_max); 0: off."""
     normalization: str = "sequence"
     """Loss normalization: sequence (GRPO), token (DAPO), constant (Dr. GRPO)."""
     normalization_constant: float = 0.0
@@ -239,11 +269,67 @@ def validate(config: TrainConfig, world_size: int) -> None:
     if config.overlong == "soft" and config.overlong_buffer > config.max_new_tokens:
         raise ConfigError("overlong_buffer", f"({config.overlong_buffer}) must be at most max_new_tokens "
                           f"({config.max_new_tokens})")
-    if config.clip_higher and config.pg_method not in GRPO_LOSS_FNS:
-        raise ConfigError("clip_higher", f"applies to --pg-method {' or '.join(GRPO_LOSS_FNS)} only, "
+    if config.clip_higher and config.pg_method not in GRPO_LOSS_FNS + ("gmpo",):
+        raise ConfigError("clip_higher", f"applies to --pg-method {', '.join(GRPO_LOSS_FNS)} or gmpo only, "
                           f"got --pg-method {config.pg_method}")
+    frontier_problems(config)
     if config.group_size < 2 and config.advantage_normalizer == "std":
         raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std of one reward)")
+
+
+def frontier_problems(config: TrainConfig) -> None:
+    """Raise ConfigError naming the first option of course.frontier_loss that cannot run with the rest."""
+    method = config.pg_method
+    if config.dual_clip and not config.dual_clip > 1:
+        raise ConfigError("dual_clip", f"must be 0 (off) or above 1, got {config.dual_clip}")
+    if config.dual_clip and method not in ("grpo", "dapo"):
+        raise ConfigError("dual_clip", f"applies to --pg-method grpo or dapo only, got --pg-method {method}")
+    if config.cispo_floor and method != "cispo":
+        raise ConfigError("cispo_floor", f"applies to --pg-method cispo only, got --pg-method {method}")
+    for name in ("ratio_against", "outlier_low", "outlier_high"):
+        if getattr(config, name) not in ("old", 0.0) and method not in RATIO_PG_METHODS:
+            raise ConfigError(name, f"applies to --pg-method {', '.join(RATIO_PG_METHODS)} only, "
+                              f"got --pg-method {method}")
+    if config.outlier_high and config.outlier_low > config.outlier_high:
+        raise ConfigError("outlier_low", f"({config.outlier_low}) must be at most outlier_high "
+                          f"({config.outlier_high})")
+    if config.ratio_against == "sampler" and (config.is_level, config.is_mode) != ("token", "truncate"):
+        raise ConfigError("ratio_against", "sampler takes the rollout's own log-probs, which --is-level "
+                          "and --is-mode other than token and truncate replace by their weights")
+    if config.ratio_against == "sampler" and config.overlong == "filter":
+        raise ConfigError("ratio_against", "sampler takes the rollout's own log-probs, which --overlong "
+                          "filter replaces by its weights")
+    if config.advantage_normalizer == "mean" and config.overlong == "soft":
+        raise ConfigError("advantage_normalizer", "mean (MaxRL) needs rewards >= 0, and --overlong soft "
+                          "penalizes below 0 (course.maxrl)")
+
+
+def frontier_field(config: TrainConfig) -> str | None:
+    """The first field of `config` that trains with course.frontier_loss's FrontierLoss (None: none does)."""
+    if config.pg_method in FRONTIER_PG_METHODS:
+        return "pg_method"
+    for name, off in (("dual_clip", 0.0), ("cispo_floor", False), ("ratio_against", "old"),
+                      ("outlier_low", 0.0), ("outlier_high", 0.0)):
+        if getattr(config, name) != off:
+            return name
+    return None
+
+
+def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
+    """Why `train_step` cannot train with the FrontierLoss that `config` asks for (None when it can, or
+    when none is asked for): its grpo_loss must take an object with `per_token_loss`, as the reference's
+    helper `grpo_loss_per_token` does."""
+    field = frontier_field(config)
+    if field is None:
+        return None
+    helper = getattr(train_step, "__globals__", {}).get("grpo_loss_per_token")
+    if _accepts(train_step, "grpo_loss") and "per_token_loss" in getattr(getattr(helper, "__code__", None),
+                                                                          "co_names", ()):
+        return None
+    value = getattr(config, field)
+    return (f"{value} trains with course.frontier_loss's FrontierLoss, which needs a grpo_train_step whose "
+            "grpo_loss may be an object with per_token_loss; the grpo_train_step of your notebooks takes "
+            "stage 5's GRPOLossConfig only (see 07_train_step)")
 
 
 def _accepts(train_step, name: str) -> bool:
