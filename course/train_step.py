@@ -189,7 +189,7 @@ def grpo_loss_per_token(
     (b, T), and its metadata. log π and log π_old are selected by the mask BEFORE the
     ratio's exp, as `compute_grpo_loss` asks of its caller (it takes no mask)."""
     config, mask = terms.grpo_loss, micro["response_mask"].bool()  # (b, T)
-    if hasattr(config, "per_token_loss"):  # a FrontierLoss (course.frontier_loss), or alike
+    if hasattr(config, "per_token_loss"):  # a FrontierLoss (course.frontier_loss)
         ref = _reference_log_probs(micro, terms) if config.beta > 0 else None
         return config.per_token_loss(micro, log_probs, old, weights, ref)
     new = torch.where(mask, log_probs, 0)
@@ -271,7 +271,7 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
                          f"got {terms.kl_estimator!r}")
     beta, beta_name = terms.kl_beta, "kl_beta"
     if terms.grpo_loss is not None:
-        validate = getattr(terms.grpo_loss, "validate", None)  # FrontierLoss checks itself
+        validate = getattr(terms.grpo_loss, "validate", None)  # FrontierLoss has one
         validate() if callable(validate) else _validate_grpo_config(terms.grpo_loss)
         if terms.pg_method != "none" or terms.kl_beta != 0:
             raise ValueError("grpo_loss gives the whole per-token loss: pg_method must "
