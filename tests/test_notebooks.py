@@ -302,7 +302,7 @@ def test_solution_notebook_executes(name, request, kernel_environment, tmp_path,
 
     The graded notebooks are executed once, by `nbgrader autograde` of the solutions (nbgrader's
     Execute preprocessor is nbclient's NotebookClient, in a real kernel); here we read its output.
-    The others run through nbclient directly, and leave nothing in the temporary folder once their
+    The others run through nbclient directly. Both leave nothing in the temporary folder once their
     kernel has ended (a learner's /tmp is not a place to leave a trained model in).
     """
     if name in graded_notebooks():
@@ -447,6 +447,8 @@ def autograded_course(kernel_environment, tmp_path_factory):
     start = time.perf_counter()
     (course_dir / ".jupyter_config").mkdir()
     env = nbgrader_environment(course_dir / ".jupyter_config")  # no user config, repo importable
+    env["TMPDIR"] = str(course_dir / "tmp")  # the kernels' temporary folder: left empty, or a test fails
+    (course_dir / "tmp").mkdir()
 
     def nbgrader(*args):
         result = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--course-dir={course_dir}"],
@@ -463,6 +465,9 @@ def autograded_course(kernel_environment, tmp_path_factory):
             if name == "08_end_to_end.ipynb":
                 shorten_notebook_08(submitted / name)
     nbgrader("autograde", ASSIGNMENT, "--force")
+    left = [p.name for p in (course_dir / "tmp").iterdir()
+            if not p.name.startswith("torchinductor_")]  # torch's own cache, kept by design
+    assert left == [], f"the graded notebooks left these in the temporary folder: {left}"
     seconds = time.perf_counter() - start
     print(f"\nnbgrader generate_assignment + autograde of {len(names)} notebooks x 2 submissions: {seconds:.1f} s")
     return course_dir, names
