@@ -25,6 +25,7 @@ stage, the default is the edition's own `notebooks/`.
 What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
 `benchmarks/bench_train.py`).
 `python -m course.lab.compare` runs the loss variants side by side.
+`course.loop.step_arguments` turns a config into the train step's loss and advantage arguments.
 
 A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.models.load_pretrained`;
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
@@ -51,7 +52,6 @@ import torch
 import torch.distributed as dist
 
 from course.distributed import rank_and_world_size
-from course.frontier_loss import FrontierLoss
 from course.loop.entropy_bonus import train_step_with_entropy_bonus
 from course.loop.filters import (
     informative_groups,
@@ -77,6 +77,7 @@ from course.loop.rollout import (
     score_tokens,
     tokenize_rollouts,
 )
+from course.loop.step_arguments import advantage_arguments, loss_arguments
 from course.loop.tasks import ADDITION, Task
 from course.loop.train_config import (  # re-exported: `from course.loop.train import TrainConfig, train`
     RUN_FILES,
@@ -89,12 +90,11 @@ from course.loop.train_config import (  # re-exported: `from course.loop.train i
     temperature_problem,
     validate,
 )
-from course.maxrl import maxrl_train_arguments, refuse_negative_rewards
+from course.maxrl import refuse_negative_rewards
 from course.metrics import compare_logprobs
-from course.off_policy import GRPOLossConfig, estimate_kl
+from course.off_policy import estimate_kl
 from course.submissions.implementations import Implementations
 from course.train_step import grpo_train_step
-from course.variants import GRPO_LOSS_FNS
 
 __all__ = ["WARM_START", "TrainConfig", "train", "validate"]
 
@@ -229,44 +229,6 @@ def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: Train
     """Dynamic sampling: this rank's share of every rank's groups where `keep` (`group_signal`),
     and how many such groups there are over all ranks."""
     return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)
-
-
-def loss_arguments(config: TrainConfig) -> dict:
-    """The train step's loss arguments for `config.pg_method`: stage 4's loss with its ε and the
-    KL penalty, or (dapo, cispo) stage 5's `GRPOLossConfig`, which carries the clip bounds, the
-    KL estimator and β itself."""
-    if frontier_field(config) is not None:
-        return {"pg_method": "none", "kl_beta": 0.0, "grpo_loss": frontier_loss(config)}
-    if config.pg_method in GRPO_LOSS_FNS:
-        grpo_loss = GRPOLossConfig(config.pg_method, clip_lower=config.cliprange,
-                                   clip_higher=config.clip_higher or config.cliprange,
-                                   kl_estimator=config.kl_estimator, beta=config.kl_beta)
-        return {"pg_method": "none", "kl_beta": 0.0, "grpo_loss": grpo_loss}
-    cliprange = config.cliprange if config.pg_method in ("grpo", "gspo", "cispo") else None
-    return {"pg_method": config.pg_method, "cliprange": cliprange, "kl_beta": config.kl_beta,
-            "kl_estimator": config.kl_estimator}
-
-
-def frontier_loss(config: TrainConfig) -> FrontierLoss:
-    """The FrontierLoss (`course.frontier_loss`) of `config`: grpo and dapo are its ppo (with the dual
-    clip), dppo takes prime-rl's τ = 1e-3 of its squared log-ratio, the others their names."""
-    method = {"grpo": "ppo", "dapo": "ppo"}.get(config.pg_method, config.pg_method)
-    dppo = method == "dppo"
-    return FrontierLoss(method, clip_low=config.cliprange, clip_high=config.clip_higher or config.cliprange,
-                        dual_clip=config.dual_clip or None, cispo_floor=config.cispo_floor,
-                        tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
-                        trust_region=config.trust_region if dppo else 0.0, ratio_kl=1e-3 if dppo else 0.0,
-                        ratio_against=config.ratio_against, outlier_low=config.outlier_low or None,
-                        outlier_high=config.outlier_high or None, kl_estimator=config.kl_estimator,
-                        beta=config.kl_beta)
-
-
-def advantage_arguments(config: TrainConfig) -> dict:
-    """The train step's baseline and normalizer: MaxRL (mean baseline, mean normalizer) guarded for a
-    group of one as `course.maxrl` says (A = r); the others as given."""
-    if (config.baseline, config.advantage_normalizer) == ("mean", "mean"):
-        return maxrl_train_arguments(config.group_size)
-    return {"baseline": config.baseline, "advantage_normalizer": config.advantage_normalizer}
 
 
 def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
