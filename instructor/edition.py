@@ -16,6 +16,8 @@ writes into DIR:
                                  (fixtures/expected.pt), graded from stored cases only, without the
                                  reference (a PRACTICE grade); the copy detector's fingerprints as
                                  salted hashes (fixtures/fingerprints.json), never the reference's code
+    docs/, benchmarks/README.md  the pages the notebooks send a learner to (`EDITION_PAGES`): the
+                                 frameworks map, the real-model guide, the measured times
     edition.json                 what was revealed; its presence switches the autograder to stored-only
 
 Left out: solutions/, tests/ and the instructor's tools (the whole `instructor/` package, and its
@@ -43,6 +45,9 @@ from course.registry import REGISTRY, STAGE_NAMED, Stage
 from instructor.manifest import write_notebooks
 
 ELSEWHERE = "another --student-edition DIR"
+# the repository's pages that the notebooks send a learner to (tests/test_student_edition.py holds
+# the list complete): the frameworks map, the real-model guide, the measured times
+EDITION_PAGES = ("docs/frameworks.md", "docs/real_models.md", "benchmarks/README.md")
 
 NOT_REVEALED = '''
 class StageNotRevealed(RuntimeError):
@@ -261,6 +266,9 @@ def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
         _copy_package("autograder", staged / "autograder", {})
         (staged / "autograder" / "fixtures" / "fingerprints.json").write_text(fingerprint_file(),
                                                                            encoding="utf-8")
+        for page in EDITION_PAGES:
+            (staged / page).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / page, staged / page)
         (staged / "README.md").write_text(readme(revealed), encoding="utf-8")
         (staged / "pyproject.toml").write_text(pyproject(revealed), encoding="utf-8")
         unrevealed = [s.key for s in REGISTRY if s.key not in revealed]

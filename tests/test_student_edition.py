@@ -28,6 +28,7 @@ from autograder.trusted.similarity import containment, kgrams, tokens
 from course.lab.reference_run import RECORDED
 from course.paths import ROOT as REPO_ROOT
 from course.registry import HOME_MODULES, REGISTRY, STAGE_MODULES, STAGE_NAMED
+from instructor.edition import EDITION_PAGES
 from instructor.release import main as release
 
 REVEALED = ("1_tokenization", "2_scoring")
@@ -57,6 +58,13 @@ def installed(edition, tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                     *offline, "-e", str(edition)], check=True, capture_output=True)
     return python
+
+
+def test_every_page_a_notebook_names_is_in_the_edition(edition):
+    named = {page for notebook in (edition / "notebooks").glob("*.ipynb")
+             for page in re.findall(r"(?:docs|benchmarks)/[\w./-]+\.md", notebook.read_text(encoding="utf-8"))}
+    assert named and named <= set(EDITION_PAGES), named
+    assert [page for page in EDITION_PAGES if not (edition / page).is_file()] == []
 
 
 def _copy_edition(edition: Path, tmp_path: Path, *solutions: str) -> Path:
