@@ -19,7 +19,7 @@ import time
 import torch
 from machine import cpu_model
 
-from course.lab.experiments import EXPERIMENTS, SEEDS, arm_means, run_experiment
+from course.lab.experiments import EXPERIMENTS, SEEDS, mean_over_steps, run_experiment
 
 
 def main() -> None:
@@ -33,9 +33,9 @@ def main() -> None:
         arms = list(results)
         print(f"{'metric':26}" + "".join(f"{arm + ', s' + str(s):>24}" for arm in arms for s in SEEDS)
               + f"{'arm gap':>9}{'seed gap':>9}")
-        rows = {f"{metric}, mean": lambda records, metric=metric: arm_means(records, metric)
+        rows = {f"{metric}, mean": lambda records, metric=metric: mean_over_steps(records, metric)
                 for metric in experiment.metrics}
-        rows["reward_mean, last 10"] = lambda records: arm_means(records[-10:], "reward_mean")
+        rows["reward_mean, last 10"] = lambda records: mean_over_steps(records[-10:], "reward_mean")
         # measured once, after the last step
         rows["held-out accuracy"] = lambda records: records[-1]["heldout_accuracy_sampled"]
         for label, value_of in rows.items():

@@ -8,13 +8,10 @@ travel with their rows. A regroup that kept each rank's own groups would leave r
 (no step at all) and rank 0 with both groups: a different update.
 """
 
-import os
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from naive import (
     full_batch_loss,
     gradient,
@@ -24,9 +21,8 @@ from naive import (
     reward_fn,
     tokenize,
 )
-from ranks import run_ranks
+from ranks import ddp_update, gloo_rank, run_ranks
 
-from course import grpo_train_step
 from course.loop.filters import informative_groups, keep_groups, regroup_over_ranks
 from course.loop.importance import as_sampler_log_probs, importance_weights
 from course.loop.models import build_tiny_model_and_tokenizer
@@ -56,40 +52,32 @@ def _weights(model, batch, tokenizer):
 
 
 def _worker(rank: int, port: int, directory: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
-    try:
-        full = make_rollout_batch(zero_advantage_group=True)
-        rows = range(8) if rank == 0 else range(8, 12)  # rank 1: only the constant group
-        mine = RolloutBatch([full["prompts"][i] for i in rows], [full["responses"][i] for i in rows],
-                            [full["ground_truths"][i] for i in rows], [torch.tensor([float(i)]) for i in rows])
-        rewards = [reward_fn(r, t)["reward"] for r, t in zip(mine.responses, mine.repeated_ground_truths)]
-        kept, n_groups = regroup_over_ranks(keep_groups(mine, informative_groups(rewards, 4), 4), 4)
-        assert n_groups == 2 and len(kept) == 4
-        index = [int(x) for x in kept.sampler_log_probs]  # the rows of the kept batch this rank got
-        for mode, weighted in CASES:
-            model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
-            extra = {}
-            if weighted:
-                old, weights, mask = _weights(model, _kept_batch(), tokenizer)
-                width = tokenize(kept.repeated_prompts, kept.responses, tokenizer)["input_ids"].shape[1]
-                old, weights, mask = (x[index, :width] for x in (old, weights, mask))
-                extra = dict(pg_method="grpo", cliprange=0.2, old_log_probs=old,
-                             sampler_log_probs=as_sampler_log_probs(old, weights, mask), tis_cap=CAP)
-            ddp = torch.nn.parallel.DistributedDataParallel(model)
-            optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)
-            before = [p.detach().clone() for p in model.parameters()]
-            grpo_train_step(ddp, tokenizer, optimizer, 2, None, reward_fn, kept.repeated_prompts, kept.responses,
-                            kept.repeated_ground_truths, 4, advantage_normalizer="none", loss_normalization=mode,
-                            **extra)
-            update = [p.detach() - b for p, b in zip(model.parameters(), before)]
-            torch.save(update, Path(directory) / f"{mode}-rank{rank}.pt")
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)  # as tests/test_train_step_distributed.py: gloo's teardown can hang after the results
+    gloo_rank(rank, port, WORLD_SIZE, lambda: _rank_updates(rank, directory))
+
+
+def _rank_updates(rank: int, directory: str) -> None:
+    full = make_rollout_batch(zero_advantage_group=True)
+    rows = range(8) if rank == 0 else range(8, 12)  # rank 1: only the constant group
+    mine = RolloutBatch([full["prompts"][i] for i in rows], [full["responses"][i] for i in rows],
+                        [full["ground_truths"][i] for i in rows], [torch.tensor([float(i)]) for i in rows])
+    rewards = [reward_fn(r, t)["reward"] for r, t in zip(mine.responses, mine.repeated_ground_truths)]
+    kept, n_groups = regroup_over_ranks(keep_groups(mine, informative_groups(rewards, 4), 4), 4)
+    assert n_groups == 2 and len(kept) == 4
+    index = [int(x) for x in kept.sampler_log_probs]  # the rows of the kept batch this rank got
+    for mode, weighted in CASES:
+        model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
+        extra = {}
+        if weighted:
+            old, weights, mask = _weights(model, _kept_batch(), tokenizer)
+            width = tokenize(kept.repeated_prompts, kept.responses, tokenizer)["input_ids"].shape[1]
+            old, weights, mask = (x[index, :width] for x in (old, weights, mask))
+            extra = dict(pg_method="grpo", cliprange=0.2, old_log_probs=old,
+                         sampler_log_probs=as_sampler_log_probs(old, weights, mask), tis_cap=CAP)
+        update = ddp_update(
+            model, tokenizer, 2, None, reward_fn, kept.repeated_prompts, kept.responses,
+            kept.repeated_ground_truths, 4, advantage_normalizer="none", loss_normalization=mode,
+            **extra)
+        torch.save(update, Path(directory) / f"{mode}-rank{rank}.pt")
 
 
 def test_filtered_and_regrouped_ddp_step_equals_one_process_on_the_kept_groups(tmp_path):

@@ -5,19 +5,15 @@ One case per option, with the ranks' token counts unequal (13 vs 25) or one rank
 zero-advantage group (whose rows carry the KL gradient alone), as in test_train_step_distributed.py.
 """
 
-import os
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-from naive import make_old_log_probs, make_rollout_batch, relative_difference, reward_fn, tokenize
-from ranks import run_ranks
+from naive import make_old_log_probs, make_rollout_batch, relative_difference, reward_fn
+from ranks import ddp_update, gloo_rank, rank_share, run_ranks
 from test_frontier_train_step import extras, naive_update
 from test_train_step_grpo_loss import normalization
 
-from course import grpo_train_step
 from course.frontier_loss import FrontierLoss
 from course.loop.models import build_tiny_model_and_tokenizer
 
@@ -49,33 +45,21 @@ def _config(fields: dict, kl: bool) -> FrontierLoss:
 
 
 def _worker(rank: int, port: int, directory: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
-    try:
-        for name, fields, mode, gas, kl, tis in CASES:
-            model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
-            batch = make_rollout_batch(kl)
-            old = make_old_log_probs(model, batch, tokenizer)
-            extra = extras(model, batch, tokenizer, kl, tis)
-            rows = _rank_rows(kl, rank)
-            mine = {key: [batch[key][i] for i in rows] for key in ("prompts", "responses", "ground_truths")}
-            width = tokenize(mine["prompts"], mine["responses"], tokenizer)["input_ids"].shape[1]
-            extra = {k: v[rows, :width] if isinstance(v, torch.Tensor) else v for k, v in extra.items()}
-            ddp = torch.nn.parallel.DistributedDataParallel(model)
-            before = [p.detach().clone() for p in model.parameters()]
-            grpo_train_step(ddp, tokenizer, torch.optim.SGD(ddp.parameters(), lr=1.0), gas, None,
-                            reward_fn, mine["prompts"], mine["responses"], mine["ground_truths"],
-                            batch["group_size"], advantage_normalizer="none",
-                            old_log_probs=old[rows, :width], grpo_loss=_config(fields, kl),
-                            **normalization(mode), **extra)
-            update = [p.detach() - b for p, b in zip(model.parameters(), before)]
-            torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)  # as test_train_step_distributed.py: gloo's teardown can hang; results are saved
+    gloo_rank(rank, port, WORLD_SIZE, lambda: _rank_updates(rank, directory))
+
+
+def _rank_updates(rank: int, directory: str) -> None:
+    for name, fields, mode, gas, kl, tis in CASES:
+        model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
+        batch = make_rollout_batch(kl)
+        old = make_old_log_probs(model, batch, tokenizer)
+        mine, extra = rank_share(batch, _rank_rows(kl, rank), tokenizer,
+                                 {**extras(model, batch, tokenizer, kl, tis), "old_log_probs": old})
+        update = ddp_update(
+            model, tokenizer, gas, None, reward_fn, mine["prompts"], mine["responses"],
+            mine["ground_truths"], batch["group_size"], advantage_normalizer="none",
+            grpo_loss=_config(fields, kl), **normalization(mode), **extra)
+        torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
 
 
 def test_ddp_over_whole_groups_equals_single_process_full_batch(tmp_path):

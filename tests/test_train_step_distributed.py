@@ -10,13 +10,10 @@ zero-advantage group, whose rows still carry the KL penalty's gradient. With a K
 weights (reference and sampler log-probs sliced like the old ones) the update is still the full batch's.
 """
 
-import os
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from naive import (
     full_batch_loss,
     gradient,
@@ -24,11 +21,9 @@ from naive import (
     make_rollout_batch,
     relative_difference,
     reward_fn,
-    tokenize,
 )
-from ranks import run_ranks
+from ranks import ddp_update, gloo_rank, rank_share, run_ranks
 
-from course import grpo_train_step
 from course.loop.models import build_tiny_model_and_tokenizer
 from course.off_policy import GRPOLossConfig
 
@@ -90,35 +85,22 @@ def _penalties(model, batch, tokenizer, kl: bool, tis: bool) -> dict:
 
 
 def _worker(rank: int, port: int, directory: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
-    try:
-        for name, zero_group, method, mode, gas, kl, tis in CASES:
-            model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
-            batch = make_rollout_batch(zero_group)
-            old = make_old_log_probs(model, batch, tokenizer)  # the full batch's, sliced below
-            penalties = _penalties(model, batch, tokenizer, kl, tis)
-            rows = _rank_rows(zero_group, rank)
-            mine = {key: [batch[key][i] for i in rows]
-                    for key in ("prompts", "responses", "ground_truths")}
-            width = tokenize(mine["prompts"], mine["responses"], tokenizer)["input_ids"].shape[1]
-            penalties = {k: v[rows, :width] if isinstance(v, torch.Tensor) else v for k, v in penalties.items()}
-            ddp = torch.nn.parallel.DistributedDataParallel(model)
-            optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)
-            before = [p.detach().clone() for p in model.parameters()]
-            grpo_train_step(ddp, tokenizer, optimizer, gas, None, reward_fn, mine["prompts"],
-                            mine["responses"], mine["ground_truths"], batch["group_size"],
-                            **_step_arguments(method, mode, old[rows, :width], penalties))
-            update = [p.detach() - b for p, b in zip(model.parameters(), before)]
-            torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(1)
-    # gloo's destroy_process_group hung at teardown about once in ten runs here, after every result
-    # was saved; the results are on disk and the parent checks them, so leave at once instead
-    os._exit(0)
+    gloo_rank(rank, port, WORLD_SIZE, lambda: _rank_updates(rank, directory))
+
+
+def _rank_updates(rank: int, directory: str) -> None:
+    for name, zero_group, method, mode, gas, kl, tis in CASES:
+        model, tokenizer = build_tiny_model_and_tokenizer(seed=0, dtype=torch.float64, **TINY)
+        batch = make_rollout_batch(zero_group)
+        old = make_old_log_probs(model, batch, tokenizer)  # the full batch's, sliced below
+        penalties = _penalties(model, batch, tokenizer, kl, tis)
+        mine, penalties = rank_share(batch, _rank_rows(zero_group, rank), tokenizer,
+                                     {**penalties, "old_log_probs": old})
+        update = ddp_update(
+            model, tokenizer, gas, None, reward_fn, mine["prompts"], mine["responses"],
+            mine["ground_truths"], batch["group_size"],
+            **_step_arguments(method, mode, penalties.pop("old_log_probs"), penalties))
+        torch.save(update, Path(directory) / f"{name}-rank{rank}.pt")
 
 
 def test_ddp_over_whole_groups_equals_single_process_full_batch(tmp_path):

@@ -62,8 +62,6 @@ EXPERIMENTS = {
         ("clip_fraction", "kl_to_reference", "reward_mean", "groups_with_signal"), steps=25),
 }
 SEEDS = (0, 1)
-# per-step metrics an experiment may draw: what the failure lab keeps (`KEPT`), held-out ones aside
-METRICS = tuple(key for key in KEPT if not key.startswith("heldout") and key != "step")
 TITLES = {"groups_with_signal": "groups with signal", "gradient_norm": "gradient norm (before clip)",
           "reward_mean": "rollout reward", "kl_to_reference": "KL to warm start (k3)",
           "clip_fraction": "clip fraction (tokens)"}
@@ -100,7 +98,7 @@ def run_experiment(name: str, implementations=None, seeds=SEEDS, steps: int | No
     return results
 
 
-def arm_means(records: list[dict], metric: str) -> float:
+def mean_over_steps(records: list[dict], metric: str) -> float:
     """The mean of `metric` over the steps of `records`."""
     return statistics.fmean(r[metric] for r in records)
 
@@ -115,8 +113,8 @@ def experiment_table(name: str, results: Results) -> str:
     for arm, runs in results.items():
         for seed, records in runs.items():
             after = records[-1].get("heldout_accuracy_sampled", float("nan"))
-            rows.append(" | ".join([arm, str(seed), *(f"{arm_means(records, key):.3f}" for key in metrics),
-                                    f"{arm_means(records[-10:], 'reward_mean'):.3f}", f"{after:.2f}"]))
+            rows.append(" | ".join([arm, str(seed), *(f"{mean_over_steps(records, key):.3f}" for key in metrics),
+                                    f"{mean_over_steps(records[-10:], 'reward_mean'):.3f}", f"{after:.2f}"]))
     return "\n".join(rows)
 
 
