@@ -1,8 +1,9 @@
 """docs/frameworks.md, held: every row of the map that states a number is computed here, with the
 course's functions, against a value worked by hand from the framework's own formula.
 
-Each hand formula restates what the cited framework file computes (TRL 1.10.0.dev0, verl 0.8.0.dev,
-open-instruct e6c3044, prime-rl 559b447, SkyRL a956457; see the doc's Sources); nothing is imported
+Each hand formula restates what the cited framework file computes (TRL 1.10.0.dev0 at f2cd577, verl
+0.10.0.dev at 1dda039 and, where marked, 0.8.0.dev at b178a3c, open-instruct e6c3044, prime-rl
+559b447, SkyRL a956457; see the doc's Sources); nothing is imported
 from the frameworks and nothing is downloaded. The last tests parse the doc: a table row that holds
 a number must name one of the tests in this file, and every name must exist.
 """
@@ -28,7 +29,7 @@ from course.off_policy import (
     truncated_importance_weights,
 )
 from course.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
-from course.trust_region import dppo_loss, outlier_mask, sequence_log_ratio
+from course.trust_region import dppo_loss, outlier_mask, sequence_log_ratio, trust_region_mask
 from course.variants import KL_ESTIMATOR_NUMBERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
@@ -165,7 +166,8 @@ def test_verl_token_mean_is_course_token():
 
 def test_verl_seq_mean_token_mean():
     """verl 'seq-mean-token-mean': per-row Σ/(n + 1e-8), summed over rows, divided by the rows that
-    have a token (when global_batch_size is not passed). The course divides by every row."""
+    have a token when global_batch_size is not passed (b178a3c's dp_actor), by every row when it is
+    (1dda039's engine workers). The course divides by every row."""
     loss = torch.cat([LOSS, torch.zeros(1, 5, dtype=D)])
     mask = torch.cat([MASK, torch.zeros(1, 5, dtype=D)])  # row 4 is empty
     rows = rows_of(loss, mask)
@@ -175,6 +177,10 @@ def test_verl_seq_mean_token_mean():
     assert close(course, (1.5 / 3 + 1.75 / 2 + 2.25 / 5 + 2.0) / 5)
     # without the empty row the two agree up to the 1e-8 in verl's per-row denominator
     assert close(aggregate_loss_across_microbatch(LOSS, MASK, "sequence"), verl, tol=1e-8)
+    # 1dda039's engine workers pass global_batch_size = every row of the mini-batch (ray_trainer:
+    # ppo_mini_batch_size × rollout.n): the empty row counts, as in the course
+    engine = sum(sum(r) / (len(r) + 1e-8) for r in rows) / 5
+    assert close(course, engine, tol=1e-8) and not close(course, engine, tol=1e-12)
 
 
 def test_verl_seq_mean_token_sum_is_constant_b():
@@ -184,14 +190,24 @@ def test_verl_seq_mean_token_sum_is_constant_b():
 
 
 def test_verl_seq_mean_token_sum_norm():
-    """verl 'seq-mean-token-sum-norm', loss_scale_factor null, legacy dp_actor: each micro-batch
-    Σ m·ℓ / T (T = padded response length), times 1/K for K micro-batches. Over the step: Σ / (K·T),
-    the course's constant with C = K·T; Dr. GRPO's C = B·T is b = B/K times larger."""
-    T, K = 5, 2
-    verl = sum(float((LOSS[r] * MASK[r]).sum()) / T / K for r in (slice(0, 2), slice(2, 4)))
-    assert close(aggregate_loss_across_microbatch(LOSS, MASK, "constant", K * T), verl)
-    dr_grpo = float(aggregate_loss_across_microbatch(LOSS, MASK, "constant", 4 * T))
-    assert close(verl / dr_grpo, 2.0)  # b = 2 rows per micro-batch
+    """verl 'seq-mean-token-sum-norm' at 1dda039 (agg_loss, verl #5417): each micro-batch
+    Σ m·ℓ / B · dp_size / T, B = global_batch_size (every row of the mini-batch), T =
+    loss_scale_factor (or the padded width); DDP's mean over dp_size ranks gives Σ / (B·T): the
+    course's constant with C = B·T, Dr. GRPO's. At b178a3c (legacy dp_actor, verl #3741) each
+    micro-batch was Σ m·ℓ / T times 1/K: C = K·T, b = B/K times smaller than B·T."""
+    B, T, dp = 4, 5, 2
+    # rank 0 holds rows 0-1, rank 1 rows 2-3, one micro-batch each
+    shares = [float((LOSS[r] * MASK[r]).sum()) / B * dp / T for r in (slice(0, 2), slice(2, 4))]
+    verl = sum(shares) / dp
+    assert close(aggregate_loss_across_microbatch(LOSS, MASK, "constant", B * T), verl)
+    assert close(verl, 7.5 / 20)
+    leaf = LOSS[0:2].clone().requires_grad_(True)
+    got = calculate_loss_and_backward(leaf, MASK[0:2], "constant", B, 11, B * T, world_size=dp)
+    assert close(got, shares[0])
+    K = 2  # b178a3c: two micro-batches of b = 2 rows on one rank
+    legacy = sum(float((LOSS[r] * MASK[r]).sum()) / T / K for r in (slice(0, 2), slice(2, 4)))
+    assert close(aggregate_loss_across_microbatch(LOSS, MASK, "constant", K * T), legacy)
+    assert close(legacy / verl, 2.0)  # b = B/K = 2
 
 
 def test_per_micro_batch_token_mean():
@@ -533,6 +549,251 @@ def test_oi_filter_zero_std_is_dynamic_sampling():
     assert informative_groups(rewards, 4) == [False, True]
 
 
+# --- newer options: TRL f2cd577, verl 1dda039 ------------------------------------------------
+
+def random_policy_batch(seed, B=64, T=9, spread=1.0):
+    """Log-probs of π and of a base π_b (B, T), a ragged mask and advantages of both signs: log r
+    spread ~ N(0, spread²), so ratios far outside any clip appear."""
+    g = torch.Generator().manual_seed(seed)
+    new = torch.log(torch.rand(B, T, generator=g, dtype=D) * 0.98 + 0.01)
+    base = new - torch.randn(B, T, generator=g, dtype=D) * spread
+    lengths = torch.randint(1, T + 1, (B, 1), generator=g)
+    mask = (torch.arange(T).unsqueeze(0) < lengths).to(D)
+    adv = torch.randn(B, generator=g, dtype=D)
+    return new, base, mask, adv
+
+
+def trl_clipped_with_delta(ratio, adv, eps_low, eps_high, delta):
+    """TRL grpo_trainer (f2cd577) for grpo/bnpo/dr_grpo/dapo/luspo: coef_2 = clip(r, 1 − ε,
+    1 + ε_high); with `delta` set, coef_1 = min(r, δ); per token −min(coef_1·A, coef_2·A)."""
+    coef_1 = ratio if delta is None else torch.clamp(ratio, max=delta)
+    coef_2 = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    return -torch.minimum(coef_1 * adv, coef_2 * adv)
+
+
+def test_trl_delta_is_course_dual_clip():
+    """TRL `delta` (INTELLECT-2's two-sided clip) caps r at δ in the unclipped term. Where
+    δ ≥ 1 + ε_high this is the course's dual clip with c = δ: for A > 0 clip(r) ≤ δ already, for
+    A < 0 min(max(r, clip(r)), δ) = max(min(r, δ), clip(r)). Error 0 at δ = 4 and δ = 1.5
+    (ε = 0.2, ε_high = 0.28); at δ = 1.1 < 1.28 they part, and without the dual clip too."""
+    new, old, mask, adv = random_policy_batch(1)
+    ratio, A = torch.exp(new - old), adv.unsqueeze(1)
+    for delta in (4.0, 1.5):
+        trl = trl_clipped_with_delta(ratio, A, 0.2, 0.28, delta)
+        course = dual_clip_loss(new, old, adv, None, 0.2, 0.28, clip_ratio_c=delta)
+        assert float((course - trl).abs().max()) == 0.0
+        plain = dual_clip_loss(new, old, adv, None, 0.2, 0.28, clip_ratio_c=None)
+        assert float((plain - trl).abs().max()) > 1.0  # a token with A < 0, r ≫ δ
+    low = trl_clipped_with_delta(ratio, A, 0.2, 0.28, 1.1)
+    course = dual_clip_loss(new, old, adv, None, 0.2, 0.28, clip_ratio_c=1.1)
+    assert float((course - low).abs().max()) > 1e-3
+    # one token by hand: A = −1, r = 6, δ = 4: TRL −min(−4, −1.28) = 4, the course's dual clip 4
+    assert close(trl_clipped_with_delta(torch.tensor(6.0), -1.0, 0.2, 0.28, 4.0), 4.0)
+
+
+def test_trl_luspo_is_course_gspo_constant_b():
+    """TRL loss_type='luspo' (sequence level): GSPO's row loss ℓ_i times its length n_i, a mean
+    over the micro-batch's rows, / accumulation steps: over the step Σ_i n_i·ℓ_i / B, the course's
+    gspo (one value per token of the row) with constant normalization C = B. Not GSPO's own
+    sequence mean, which weighs every row once."""
+    new, old, _, adv = random_policy_batch(2, B=4, T=5, spread=0.3)
+    course, _ = compute_policy_gradient_loss(adv, new, "gspo", old, 0.2, MASK)
+    s = torch.exp(((new - old) * MASK).sum(1) / MASK.sum(1))  # (B,)
+    row = -torch.minimum(s * adv, torch.clamp(s, 0.8, 1.2) * adv)  # (B,) TRL's (B, 1)
+    n = MASK.sum(1)
+    trl = sum(float((row[k] * n[k]).mean()) / 2 for k in (slice(0, 2), slice(2, 4)))  # K = 2
+    assert close(aggregate_loss_across_microbatch(course, MASK, "constant", 4), trl)
+    assert not close(aggregate_loss_across_microbatch(course, MASK, "sequence"), trl, tol=1e-3)
+
+
+def vespo_weight(w, adv, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0):
+    """TRL get_gamma_weights (f2cd577): φ(w) = exp(λ + k·log w − λ·w), (k, λ) by the sign of A
+    (A ≥ 0: k_pos, λ_pos), w the row's product of ratios; φ(1) = 1. Detached."""
+    k, lam = (k_pos, lambda_pos) if adv >= 0 else (k_neg, lambda_neg)
+    return math.exp(lam + k * math.log(w) - lam * w)
+
+
+def test_trl_vespo_weight():
+    """TRL loss_type='vespo': −φ(w)·A·log π per token, w = exp(Σ_t log r_t) of the row, normalized
+    as dapo. On policy (w = 1) φ = 1 and the loss is the course's REINFORCE (`none`); off policy the
+    Gamma weight has no course counterpart: w = 0.5 gives φ = e^1.5/4 = 1.1204 for A > 0 and
+    e/8 = 0.3398 for A < 0, where a capped ratio would give 0.5."""
+    assert vespo_weight(1.0, 1.0) == 1.0 and vespo_weight(1.0, -1.0) == 1.0
+    assert close(vespo_weight(0.5, 1.0), math.exp(1.5) / 4)
+    assert close(vespo_weight(0.5, 1.0), 1.1204222675845161)
+    assert close(vespo_weight(0.5, -1.0), math.e / 8)
+    new, _, mask, adv = random_policy_batch(3, B=6, T=4)
+    course, _ = compute_policy_gradient_loss(adv, new, "none", None, None, mask)
+    trl = -1.0 * adv.unsqueeze(1) * new * mask  # φ(1) = 1
+    assert torch.allclose(course * mask, trl, rtol=0, atol=TOL)
+
+
+def verl_geo_mean_rows(new, old, adv, mask, eps):
+    """verl compute_policy_loss_geo_mean (1dda039): log r clipped one-sidedly by sign(A), then
+    ratio = exp(Σ_t m·clip / (n + 1e-8)), A_row = Σ_t m·A / (n + 1e-8); per row −A_row·ratio."""
+    log_ratio = new - old
+    sign = torch.sign(adv)
+    clipped = sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-eps, eps))
+    n = mask.sum(-1)
+    ratio = torch.exp((clipped * mask).sum(-1) / (n + 1e-8))
+    return -((adv * mask).sum(-1) / (n + 1e-8)) * ratio  # (B,)
+
+
+def test_verl_geo_mean_guard():
+    """verl geo_mean divides by n + 1e-8 in the row's advantage and in the mean of the clipped
+    log r: verl = course · n/(n + ε) · exp(−S·ε/(n(n + ε))), S the row's sum of clipped log r, a
+    relative difference of (1 + S/n)·1e-8/n to first order. One token, A = −1, log r = 1: 2e-8."""
+    new, old, mask, adv = random_policy_batch(4, spread=0.5)
+    A = adv.unsqueeze(1).expand_as(new)
+    verl = verl_geo_mean_rows(new, old, A, mask, 0.2)
+    course = gmpo_loss(new, old, adv, mask, 0.2, 0.2)[:, 0]
+    sign = torch.sign(A)
+    log_ratio = new - old
+    S = (sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-0.2, 0.2)) * mask).sum(-1)
+    n, eps = mask.sum(-1), 1e-8
+    exact = course * n / (n + eps) * torch.exp(-S * eps / (n * (n + eps)))
+    assert torch.allclose(verl, exact, rtol=1e-15, atol=0)
+    first_order = (1 + S / n) * eps / n
+    assert torch.allclose((course - verl) / course, first_order, rtol=1e-6, atol=0)
+    one = verl_geo_mean_rows(torch.tensor([[1.0]], dtype=D), torch.zeros(1, 1, dtype=D),
+                             torch.tensor([[-1.0]], dtype=D), torch.ones(1, 1, dtype=D), 0.2)
+    course_one = gmpo_loss(torch.tensor([[1.0]], dtype=D), torch.zeros(1, 1, dtype=D),
+                           torch.tensor([-1.0], dtype=D), None, 0.2, 0.2)[0, 0]
+    assert close(course_one, math.e)
+    assert abs(float((course_one - one[0]) / course_one) - 2e-8) < 1e-12
+
+
+def test_verl_geo_mean_is_a_micro_batch_mean():
+    """verl geo_mean takes torch.mean over the micro-batch's rows, not agg_loss; the FSDP engine
+    backpropagates each micro-batch's loss with no 1/K. K = 2 equal micro-batches: the step's
+    loss is 2 times the course's gmpo under sequence normalization."""
+    new, old, _, adv = random_policy_batch(5, B=4, T=5, spread=0.3)
+    A = adv.unsqueeze(1).expand_as(new)
+    verl = sum(float(verl_geo_mean_rows(new[k], old[k], A[k], MASK[k], 0.2).mean())
+               for k in (slice(0, 2), slice(2, 4)))
+    course = gmpo_loss(new, old, adv, MASK, 0.2, 0.2)
+    step = float(aggregate_loss_across_microbatch(course, MASK, "sequence"))
+    assert close(verl / step, 2.0, tol=1e-7)  # up to the 1e-8 guards
+
+
+def test_verl_token_sum_is_constant_one():
+    """verl loss_agg_mode='token-sum' (1dda039, verl #7197): each micro-batch Σ m·ℓ · dp_size;
+    DDP's mean over dp_size ranks gives Σ m·ℓ of the global batch: the course's constant, C = 1."""
+    dp = 2
+    shares = [float((LOSS[r] * MASK[r]).sum()) * dp for r in (slice(0, 2), slice(2, 4))]
+    assert close(sum(shares) / dp, aggregate_loss_across_microbatch(LOSS, MASK, "constant", 1))
+    assert close(sum(shares) / dp, 7.5)
+    leaf = LOSS[2:4].clone().requires_grad_(True)
+    got = calculate_loss_and_backward(leaf, MASK[2:4], "constant", 4, 11, 1.0, world_size=dp)
+    assert close(got, shares[1])
+
+
+def verl_vanilla(log_ratio, adv, eps_low=0.2, eps_high=0.2, c=3.0):
+    """verl compute_policy_loss_vanilla (1dda039): log r clamped to ±20, max(−A·r, −A·clip(r)),
+    and where A < 0 the dual clip min(that, −A·c)."""
+    ratio = torch.exp(log_ratio.clamp(-20, 20))
+    loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - eps_low, 1 + eps_high))
+    return torch.where(adv < 0, torch.minimum(loss, -adv * c), loss)
+
+
+def test_verl_bypass_ppo_clip():
+    """verl rollout_correction.bypass_mode, loss_type 'ppo_clip' (default): old_log_probs =
+    rollout_log_probs, then vanilla with no IS weights: r = π/μ, clip 0.2, dual clip 3. The
+    course's FrontierLoss against the sampler (π_old and the TIS weights are not used)."""
+    new, sampler, mask, adv = random_policy_batch(6)
+    old = new - 0.1  # a recomputed π_old that bypass mode never reads
+    micro = {"advantages": adv, "response_mask": mask, "sampler_log_probs": sampler}
+    config = FrontierLoss("ppo", clip_low=0.2, clip_high=0.2, dual_clip=3.0,
+                          ratio_against="sampler")
+    course, _ = config.per_token_loss(micro, new, old, torch.full_like(new, 0.5), None)
+    verl = verl_vanilla(new - sampler, adv.unsqueeze(1)) * mask
+    assert torch.allclose(course, verl, rtol=0, atol=TOL)
+    against_old, _ = FrontierLoss("ppo", dual_clip=3.0).per_token_loss(micro, new, old, None, None)
+    assert not torch.allclose(against_old, verl, rtol=0, atol=1e-3)
+
+
+def test_verl_bypass_reinforce():
+    """verl bypass_mode, loss_type 'reinforce', rollout_is 'token', rollout_is_threshold 2.0:
+    −A·sg(w)·log π, w = min(exp(log π − log μ), 2) (log ratio clamped to ±20). The course's CISPO
+    against the sampler with cap 1 + ε_high = 2, no floor: values and gradients agree."""
+    new, sampler, mask, adv = random_policy_batch(7)
+    micro = {"advantages": adv, "response_mask": mask, "sampler_log_probs": sampler}
+    config = FrontierLoss("cispo", clip_high=1.0, cispo_floor=False, ratio_against="sampler")
+    leaf = new.clone().requires_grad_(True)
+    course, _ = config.per_token_loss(micro, leaf, new - 0.1, None, None)
+    (course_grad,) = torch.autograd.grad(course.sum(), leaf)
+    verl_leaf = new.clone().requires_grad_(True)
+    with torch.no_grad():
+        w = torch.exp((verl_leaf - sampler).clamp(-20, 20)).clamp(max=2.0) * mask
+    verl = -adv.unsqueeze(1) * verl_leaf * w
+    (verl_grad,) = torch.autograd.grad(verl.sum(), verl_leaf)
+    assert torch.allclose(course, verl * mask, rtol=0, atol=TOL)
+    assert torch.allclose(course_grad, verl_grad, rtol=0, atol=TOL)
+    assert bool((torch.exp(new - sampler)[mask.bool()] > 2).any())  # the cap acts here
+
+
+def verl_dppo_tv(new, old, adv, delta_low=0.2, delta_high=0.2, c=3.0):
+    """verl compute_policy_loss_dppo_tv (1dda039): keep where A > 0 and p − q ≤ δ_high, or A ≤ 0
+    and p − q ≥ −δ_low (p = exp(log π), q = exp(log π_old)); w = sg(min(r, c)), c = clip_ratio_c
+    (3.0 in actor.yaml); per token −A·w·log π·keep. Returns (loss, keep)."""
+    p, q = torch.exp(new), torch.exp(old)
+    keep = torch.where(adv > 0, p - q <= delta_high, p - q >= -delta_low)
+    w = torch.exp((new - old).clamp(-20, 20)).clamp(max=c).detach()
+    return -adv * w * new * keep, keep
+
+
+def test_verl_dppo_tv():
+    """verl dppo_tv: the course's trust_region_mask, but the loss −A·sg(min(r, c))·log π (c = 3)
+    instead of dppo_loss's −A·r + τ·(log r)². With τ = 0 the gradients agree wherever r ≤ c; past
+    c verl's weight stops at c. A = −1, p = 0.9, q = 0.2 (kept): gradients 4.5 (course) and 3
+    (verl); values 4.5 and 3·log 0.9 = −0.316."""
+    new, old, mask, adv = random_policy_batch(8, spread=0.7)
+    A = adv.unsqueeze(1)
+    leaf = new.clone().requires_grad_(True)
+    verl, keep = verl_dppo_tv(leaf, old, A)
+    (verl_grad,) = torch.autograd.grad(verl.sum(), leaf)
+    course_keep = trust_region_mask(new, old, adv, mask, 0.2, 0.2)
+    assert torch.equal(course_keep, keep & mask.bool()) and not bool(course_keep.all())
+    leaf = new.clone().requires_grad_(True)
+    course = dppo_loss(leaf, old, adv, None, 0.2, 0.2, kl_tau=0.0)
+    (course_grad,) = torch.autograd.grad(course.sum(), leaf)
+    ratio = torch.exp(new - old)
+    below = ratio <= 3.0
+    assert torch.allclose(course_grad[below], verl_grad[below], rtol=0, atol=TOL)
+    above = keep & ~below & (A != 0)
+    assert bool(above.any())
+    assert torch.allclose((course_grad / verl_grad)[above], (ratio / 3.0)[above], rtol=1e-12)
+    one = torch.log(torch.tensor([[0.9]], dtype=D)).requires_grad_(True)
+    q, minus = torch.log(torch.tensor([[0.2]], dtype=D)), torch.tensor([-1.0], dtype=D)
+    value = dppo_loss(one, q, minus, None, 0.2, 0.2, kl_tau=0.0)
+    assert close(value.detach(), 4.5) and close(torch.autograd.grad(value.sum(), one)[0], 4.5)
+    verl_one, _ = verl_dppo_tv(one, q, minus.unsqueeze(1))
+    assert close(verl_one.detach(), -0.31608154697347884)  # 3·log 0.9
+    assert close(torch.autograd.grad(verl_one.sum(), one)[0], 3.0)
+
+
+def binary_kl(p, q):
+    """verl compute_policy_loss_dppo_kl (1dda039): the KL between the Bernoulli distributions of
+    the token under π_old (q) and π (p), with its 1e-8 guards."""
+    return q * math.log(q / p) + (1 - q) * math.log((1 - q + 1e-8) / (1 - p + 1e-8))
+
+
+def test_verl_dppo_kl_is_not_the_tv_mask():
+    """verl dppo_kl keeps a token where A > 0 and (binary KL ≤ δ_high or p ≤ q), or A ≤ 0 and
+    (KL ≤ δ_low or p ≥ q). No course counterpart: at the same δ = 0.2, q = 0.001 → p = 0.2
+    (A > 0) is kept by trust_region_mask (p − q = 0.199) and dropped by the KL (0.216);
+    q = 0.5 → p = 0.75 is dropped by the first (0.25) and kept by the KL (0.144)."""
+    cases = ((0.2, 0.001, False, True), (0.75, 0.5, True, False))
+    for p, q, kl_keeps, tv_keeps in cases:
+        kl = binary_kl(p, q)
+        assert (kl <= 0.2 or p <= q) == kl_keeps
+        new, old = torch.log(torch.tensor([[p]], dtype=D)), torch.log(torch.tensor([[q]], dtype=D))
+        tv = trust_region_mask(new, old, torch.tensor([1.0], dtype=D))
+        assert bool(tv[0, 0]) == tv_keeps
+    assert close(binary_kl(0.2, 0.001), 0.2166225880755976)
+    assert close(binary_kl(0.75, 0.5), 0.14384102622589076)
+
+
 # --- metrics ---------------------------------------------------------------------------------
 
 def test_frac_reward_zero_std():
@@ -576,6 +837,8 @@ CODE_IDENTIFIER = re.compile(r"`[A-Za-z_][\w./:-]*`")  # `k3`, `grpo_utils.py`: 
 # 0.2, 3, 1e-4; not the 3 of k3, the 2 of INTELLECT-2 or a version's parts
 NUMBER = re.compile(r"(?<![\w.])(?<![A-Za-z]-)\d+(?:\.\d+)?(?:e-?\d+)?(?![\w])")
 TEST_TAG = re.compile(r"test:\s*`?(test_\w+)`?")
+# the snapshots of the doc's Sources (TRL, verl then and now, open-instruct, prime-rl, SkyRL), or a PR
+VERSION = r"1\.10\.0\.dev0|f2cd577|0\.8\.0\.dev|1dda039|e6c3044|559b447|a956457|PR #\d+|#\d+"
 
 
 def table_rows(text):
@@ -627,8 +890,7 @@ def test_every_row_cites_a_file_and_a_version():
     for header, cells in table_rows(DOC.read_text(encoding="utf-8")):
         source = cells[header.index("source")]
         assert re.search(r"\w+\.(py|yaml)", source), f"row {cells[0]!r} cites no file"
-        assert re.search(r"1\.10\.0\.dev0|0\.8\.0\.dev|e6c3044|559b447|a956457|PR #\d+|#\d+", source), \
-            f"row {cells[0]!r} cites no version"
+        assert re.search(VERSION, source), f"row {cells[0]!r} cites no version"
 
 
 def test_the_tag_check_catches_a_numeric_row_without_a_test():
