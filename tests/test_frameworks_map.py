@@ -181,6 +181,9 @@ def test_verl_seq_mean_token_mean():
     # ppo_mini_batch_size × rollout.n): the empty row counts, as in the course
     engine = sum(sum(r) / (len(r) + 1e-8) for r in rows) / 5
     assert close(course, engine, tol=1e-8) and not close(course, engine, tol=1e-12)
+    for r in rows[:4]:  # each row's mean is 1e-8/n smaller, relatively
+        assert close((sum(r) / len(r) - sum(r) / (len(r) + 1e-8)) / (sum(r) / len(r)),
+                     1e-8 / len(r), tol=1e-15)
 
 
 def test_verl_seq_mean_token_sum_is_constant_b():
@@ -666,7 +669,8 @@ def test_verl_geo_mean_guard():
 def test_verl_geo_mean_is_a_micro_batch_mean():
     """verl geo_mean takes torch.mean over the micro-batch's rows, not agg_loss; the FSDP engine
     backpropagates each micro-batch's loss with no 1/K. K = 2 equal micro-batches: the step's
-    loss is 2 times the course's gmpo under sequence normalization."""
+    loss is 2 times the course's gmpo under sequence normalization. 0.8.0.dev's dp_actor scaled
+    each micro-batch by 1/K: the course's value."""
     new, old, _, adv = random_policy_batch(5, B=4, T=5, spread=0.3)
     A = adv.unsqueeze(1).expand_as(new)
     verl = sum(float(verl_geo_mean_rows(new[k], old[k], A[k], MASK[k], 0.2).mean())
@@ -674,6 +678,7 @@ def test_verl_geo_mean_is_a_micro_batch_mean():
     course = gmpo_loss(new, old, adv, MASK, 0.2, 0.2)
     step = float(aggregate_loss_across_microbatch(course, MASK, "sequence"))
     assert close(verl / step, 2.0, tol=1e-7)  # up to the 1e-8 guards
+    assert close(verl / 2, step, tol=1e-7)  # 0.8.0.dev: times 1/K
 
 
 def test_verl_token_sum_is_constant_one():
