@@ -20,7 +20,7 @@ from course.train import out_problem
 
 
 def result_text(summary: dict, out: Path) -> str:
-    """A run's result as the command prints it: held-out accuracy before and after, and where it is."""
+    """A run's result as the command prints it: held-out accuracy before and after, and where."""
     rows = [("sampled at τ = 1", "accuracy"), ("greedy", "greedy_accuracy")]
     lines = [f"{summary['method']}: {summary['optimizer_steps']} optimizer steps, "
              f"{summary['examples']} examples, {summary['wall_seconds']:.0f} s"]
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for metrics.jsonl, summary.json and policy.pt")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run an --out folder already holds")
-    add_config_arguments(parser, TrainConfig, types=flag_types(),
-                         exclude=[f.name for f in fields(TrainConfig) if f.name not in SHARED_FIELDS])
+    grpo_only = [field.name for field in fields(TrainConfig) if field.name not in SHARED_FIELDS]
+    add_config_arguments(parser, TrainConfig, types=flag_types(), exclude=grpo_only)
     args = vars(parser.parse_args(argv))
     method, out, overwrite = args.pop("method"), args.pop("out"), args.pop("overwrite")
     if problem := out_problem(out, overwrite):

@@ -32,8 +32,8 @@ def budget_line(method: str, config: TrainConfig) -> str:
     """The line a run prints before its first step: what it spends."""
     spent = budget(method, config)
     per_step = f"{config.prompts_per_step} prompts x {config.group_size}"
-    examples = {"sft": f"{spent['examples']} demonstrations ({per_step} distinct problems per step, "
-                       "each with its correct response)",
+    examples = {"sft": f"{spent['examples']} demonstrations ({per_step} distinct problems per "
+                       "step, each with its correct response)",
                 "expert_iteration": f"the correct ones of {spent['examples']} rollouts ({per_step} "
                                     "samples per step)",
                 "grpo": f"{spent['examples']} rollouts ({per_step} samples per step)"}[method]
@@ -48,7 +48,8 @@ def check(method: str, config: TrainConfig) -> None:
         raise ConfigError("method", f"must be one of {METHODS}, got {method!r}")
     validate(config, 1)
     if config.task != "addition":
-        raise ConfigError("task", f"must be addition (its demonstrations are known), got {config.task!r}")
+        raise ConfigError("task", "must be addition (its demonstrations are known), got "
+                          f"{config.task!r}")
     if method != "grpo":
         default = TrainConfig()
         for field in fields(TrainConfig):

@@ -26,8 +26,8 @@ def keep_correct(prompts: Sequence[str], responses: Sequence[str], ground_truths
     A response in the right format with a wrong answer (format reward 1, reward 0) is dropped.
     """
     if not len(prompts) == len(responses) == len(ground_truths):
-        raise ValueError(f"prompts ({len(prompts)}), responses ({len(responses)}) and ground_truths "
-                         f"({len(ground_truths)}) must be row-aligned")
+        raise ValueError(f"prompts ({len(prompts)}), responses ({len(responses)}) and "
+                         f"ground_truths ({len(ground_truths)}) must be row-aligned")
     kept = [(prompt, response) for prompt, response, truth in zip(prompts, responses, ground_truths)
             if reward_fn(response, truth)["reward"] == 1.0]
     return [prompt for prompt, _ in kept], [response for _, response in kept]

@@ -1,8 +1,10 @@
-"""One run of SFT, expert iteration or GRPO on a matched budget, written as `course.train` writes one.
+"""One run of SFT, expert iteration or GRPO on a matched budget, written as `course.train` writes
+its run.
 
-The budget (`course.baselines.budget`) is the same for the three methods. The task (`course.loop.tasks.ADDITION`),
-the warm start (`config.checkpoint`), the learning rate, the gradient clip and the held-out test
-(`course.loop.train.held_out_accuracy`) are GRPO's. GRPO is `course.loop.train.train` itself.
+The budget (`course.baselines.budget`) is the same for the three methods. The task
+(`course.loop.tasks.ADDITION`), the warm start (`config.checkpoint`), the learning rate, the
+gradient clip and the held-out test (`course.loop.train.held_out_accuracy`) are GRPO's. GRPO is
+`course.loop.train.train` itself; the other two take AdamW steps of `course.baselines.sft`.
 
 `out` receives `metrics.jsonl` (one record per step) and `summary.json`, as `course.train`'s run,
 and `policy.pt`; every record also holds `examples` (the budget spent so far) and `train_seconds`
@@ -69,7 +71,8 @@ def _step_data(method: str, policy, tokenizer, problem_rng: random.Random, pool:
     prompts, responses, rollouts = expert_samples(
         policy, tokenizer, problems, config.group_size, config.seed, step,
         config.max_new_tokens, config.temperature)
-    return prompts, responses, {"kept": float(len(prompts)), "reward_mean": len(prompts) / len(rollouts)}
+    kept = {"kept": float(len(prompts)), "reward_mean": len(prompts) / len(rollouts)}
+    return prompts, responses, kept
 
 
 def _imitate(method: str, config: TrainConfig, out: Path, progress: bool) -> dict:
@@ -80,7 +83,8 @@ def _imitate(method: str, config: TrainConfig, out: Path, progress: bool) -> dic
     start = time.time()
     policy, tokenizer = load_model_and_tokenizer(config.checkpoint)
     policy.to(resolve_device(config.device)).train()
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr,
+                                  weight_decay=config.weight_decay)
     train_problems = list(ADDITION.problems("train"))
     # GRPO's problem order (`course.loop.train.train`): the same seed draws the same problems
     pool = random.Random(config.seed).sample(train_problems, len(train_problems))

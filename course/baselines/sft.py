@@ -42,7 +42,7 @@ def sft_train_step(
     gradient_accumulation_steps: int = 1,
     max_grad_norm: float | None = None,
 ) -> dict[str, float]:
-    """One optimizer step of SFT on B (prompt, response) pairs in K micro-batches of consecutive rows.
+    """One optimizer step of SFT on B (prompt, response) pairs, in K micro-batches of rows.
 
     Every micro-batch's masked sum of −log π (b, T) is divided by the step's N response tokens, so
     the update is that of the whole batch for any K (1 ≤ K ≤ B). The global gradient norm is
