@@ -40,7 +40,8 @@ def cpu_seconds() -> float:
 
 def curve(out: Path, summary: dict) -> list[dict]:
     """(step, examples, train_seconds, accuracies) at step 0 and at every evaluated step."""
-    start = {"step": 0, "examples": 0, "train_seconds": 0.0, ACCURACIES[0]: summary["accuracy_before"],
+    start = {"step": 0, "examples": 0, "train_seconds": 0.0,
+             ACCURACIES[0]: summary["accuracy_before"],
              ACCURACIES[1]: summary["greedy_accuracy_before"]}
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [start] + [r for r in records if ACCURACIES[0] in r]
