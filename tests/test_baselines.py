@@ -3,6 +3,8 @@ filter, the command line's refusals, and a 2-step run of each method."""
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -180,6 +182,14 @@ def test_the_command_line_refuses_a_bad_flag_by_name(tmp_path, capsys, flags, fl
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert flag in error and "Traceback" not in error and len(error.strip().splitlines()) == 1
+
+
+def test_a_bad_flag_is_refused_before_torch_loads():
+    code = ("import sys\nfrom course.baselines.__main__ import main\ntry:\n"
+            "    main(['--method', 'sft', '--steps', '-1', '--out', 'unused'])\n"
+            "except SystemExit:\n    print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False" and "--steps" in result.stderr
 
 
 def test_the_command_line_refuses_an_out_that_holds_a_run(tmp_path, capsys):

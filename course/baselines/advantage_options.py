@@ -22,6 +22,10 @@ Worked by hand, G = 4, the groups (1, 0, 0, 1) and (1, 0, 0, 0):
 What tells them apart: a group whose G rewards are equal. RLOO and GRPO give it A = 0 (no
 signal); REINFORCE++ without the group baseline pushes an all-correct group up and an all-wrong
 one down, as the batch's other groups set the baseline.
+
+A run would reach them through the advantage arguments of `grpo_train_step`: RLOO is stage 3's
+baseline="mean", advantage_normalizer="none" times G/(G−1); REINFORCE++ needs the batch's mean and
+std, over every data-parallel rank (an all-reduce of Σr, Σr² and the count) before any micro-batch.
 """
 
 from __future__ import annotations
