@@ -403,6 +403,44 @@ def test_the_printed_numbers_are_printed(name, tmp_path):
     assert absent == []
 
 
+# --- the pages that count the notebooks -----------------------------------------------------------
+
+@pytest.mark.parametrize("page", ["docs/students.md", "README.md"])
+def test_the_notebook_tables_list_every_notebook(page):
+    """A page names the notebooks in a table, never by a count that a new notebook makes wrong."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `(\d\d_\w+)`", text, re.M)
+    assert listed == [name.removesuffix(".ipynb") for name in NAMES], listed
+    counts = re.findall(r"\b(?:eight|nine|ten|eleven|twelve) notebooks|an? (?:optional )?"
+                        r"(?:eighth|ninth|tenth|eleventh)\b", text)
+    assert counts == [], counts
+
+
+def test_the_edition_readme_lists_every_notebook_and_what_it_grades():
+    from course.registry import WRITTEN
+    from instructor.edition import readme
+
+    text = readme(())
+    for name in NAMES:
+        assert f"`notebooks/{name}`" in text, name
+    holding = [name for name in NAMES if any(grade_id in (SOLUTIONS / name).read_text(
+        encoding="utf-8") for grade_id in WRITTEN)]
+    for name in holding:
+        row = next(line for line in text.splitlines() if f"`notebooks/{name}`" in line)
+        assert "written answers" in row and "nothing" not in row, row
+    assert "nothing in\nit is graded" not in text
+
+
+def test_the_reference_runs_time_is_its_records():
+    """docs/instructors.md gives the time of re-recording the reference run as its record does."""
+    from course.lab.reference_run import RECORDED
+
+    seconds = json.loads(RECORDED.read_text(encoding="utf-8"))["summary"]["wall_seconds"]
+    text = " ".join((ROOT / "docs" / "instructors.md").read_text(encoding="utf-8").split())
+    stated = re.search(r"course\.lab\.reference_run` before building editions \((\d+) s", text)
+    assert stated and int(stated[1]) == round(seconds), (stated, seconds)
+
+
 # --- 5. one activity a notebook ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", gated("cells"))
