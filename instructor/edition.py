@@ -208,8 +208,11 @@ notebooks, and prints which.
 |---|---|---|---|
 {rows}
 
-Then `notebooks/08_end_to_end.ipynb` trains the whole pipeline with your own stages (nothing in
-it is graded) and compares your run with the reference's, recorded for this edition.
+Then `notebooks/08_end_to_end.ipynb` trains the whole pipeline with your own stages and compares
+your run with the reference's, recorded for this edition; its three written answers are graded by
+your instructor, not by `pytest autograder`. `notebooks/09_failure_lab.ipynb` reads recorded runs
+that go wrong, searches for a learning rate that learns, and trains on a reward you design
+(nothing in it is graded).
 `python -m course.train --out runs/mine` trains with the notebooks in `notebooks/` the same way.
 
 ## Check your work
