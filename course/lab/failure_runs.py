@@ -62,8 +62,9 @@ INJECTED = {
 KEPT = ("step", "reward_mean", "format_reward_mean", "kl_to_reference", "gradient_norm",
         "response_length", "groups_with_signal", "token_entropy", "clip_fraction",
         "heldout_accuracy_sampled", "heldout_format_sampled", "heldout_accuracy_greedy")
-# the order of the lab's "Run A", "Run B", ... (not the order of RUNS, which names them)
+# the runs behind the lab's "Run A", "Run B", ... (not the order of RUNS, which names them)
 LAB_ORDER = ("kl_strong", "high_lr", "no_baseline", "hackable_reward", "per_micro_batch")
+LETTERS = tuple(chr(ord("A") + i) for i in range(len(LAB_ORDER)))
 # what every record holds (the held-out metrics are there every eval_every steps only)
 PER_STEP = KEPT[:9]
 # name: the lab's label for it
@@ -250,9 +251,6 @@ def load_failure_run(name: str, folder: str | Path = RECORDED) -> dict:
         if missing := [key for key in PER_STEP if key not in record]:
             raise ValueError(f"{path}: step {record.get('step')} lacks {', '.join(missing)}")
     return run
-
-
-LETTERS = tuple("ABCDE")  # the lab's "Run A", "Run B", ...: LAB_ORDER's runs, in its order
 
 
 def lab_runs(folder: str | Path = RECORDED) -> dict[str, MysteryRun]:
