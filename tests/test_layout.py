@@ -4,7 +4,7 @@
       the top               the seven stages, the registry and what they need: never a sub-package
       submissions/         the notebook reader and the learner's own stages: the top only
       loop/                the trainer, models, tasks, rollouts: the top and submissions/
-      lab/                 notebook 08's experiments: nothing else imports the lab
+      lab/                 notebooks 08-09's experiments and lab: nothing else imports it
     autograder/            grades: imports course/, never instructor/
       trusted/             never imports untrusted/ (it never runs student code); nor the reverse:
       untrusted/           protocol/ is the only vocabulary the two sides share
