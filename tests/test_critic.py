@@ -182,7 +182,8 @@ def gradients(make_model, tokenizer, k):
 def per_micro_batch_mean(per_token_loss, response_mask, loss_normalization, step_sequence_count,
                          step_token_count, normalization_constant=None, world_size=1):
     """The bug: each micro-batch's own token mean, times its share b/B of the rows."""
-    loss = masked_mean(per_token_loss, response_mask) * per_token_loss.shape[0] / step_sequence_count
+    share = per_token_loss.shape[0] / step_sequence_count
+    loss = masked_mean(per_token_loss, response_mask) * share
     loss.backward()
     return loss.detach()
 

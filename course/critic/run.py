@@ -63,7 +63,7 @@ def budget_line(config: TrainConfig, critic: CriticConfig) -> str:
 
 def rollout_batch(policy, head, reference, tokenizer, problems: list, config: TrainConfig,
                   critic: CriticConfig, step: int) -> tuple[dict[str, torch.Tensor], dict]:
-    """One step's PPO batch (`course.critic.ppo_step.BATCH_KEYS`, each (B, T)) and its statistics."""
+    """One step's PPO batch (`ppo_step.BATCH_KEYS`, each (B, T)) and its statistics."""
     policy.eval()
     rollouts = sample_groups(policy, tokenizer, problems, config.group_size, config.seed, step,
                              max_new_tokens=config.max_new_tokens,

@@ -10,7 +10,7 @@ at zero: V = 0 everywhere until the value loss has taught it something.
 
 The value loss (PPO, Schulman et al. 2017, arXiv 1707.06347; verl's `compute_value_loss`,
 verl/trainer/ppo/core_algos.py, `cliprange_value` = ε_v) regresses V on the returns R of
-`course.critic.gae`, and clips how far V may move from the rollout's V_old, as the policy's ratio is:
+`course.critic.gae`, and clips how far V may move from the rollout's V_old, as PPO clips the ratio:
     ℓ_t = ½ · max((V_t − R_t)², (clip(V_t, V_old,t − ε_v, V_old,t + ε_v) − R_t)²)   (B, T)
 """
 
