@@ -23,6 +23,7 @@ from course.critic.run import run
 from course.critic.value import clipped_value_loss, log_probs_and_values, value_head
 from course.loop.train_config import ConfigError, TrainConfig
 from course.losses import clipped_surrogate
+from course.paths import CHECKPOINTS
 from course.tokenization import tokenize_prompt_and_output
 
 # Right-padded (the last row) and with a hole (the second row's third position is off the mask).
@@ -277,3 +278,25 @@ def test_a_grpo_only_setting_is_refused_and_a_bad_critic_setting_named():
         check(TrainConfig(kl_beta=0.1), CriticConfig())
     with pytest.raises(ConfigError, match="lam"):
         check(TrainConfig(), CriticConfig(lam=-1.0))
+
+
+def test_the_recorded_runs_hold_what_the_notebook_reads():
+    """course/checkpoints/critic_runs.json (benchmarks/bench_critic.py): three seeds of each
+    method on the same evaluation steps, one variance per step, and memory that is 16 bytes per
+    trained parameter and 4 per frozen one."""
+    recorded = json.loads((CHECKPOINTS / "critic_runs.json").read_text())
+    seeds = [str(seed) for seed in recorded["seeds"]]
+    assert seeds == ["0", "1", "2"]
+    steps = recorded["config"]["steps"]
+    for method in ("ppo", "grpo"):
+        runs = recorded["curves"][method]
+        assert list(runs) == seeds and list(recorded["seconds"][method]) == seeds
+        assert all([p[0] for p in run] == list(range(0, steps + 1, 10)) for run in runs.values())
+        assert all(0 <= a <= 1 for run in runs.values() for p in run for a in p[1:])
+    assert all(len(values) == steps for run in recorded["advantage_variance"].values()
+               for values in run.values())
+    counts, memory = recorded["parameters"], recorded["memory_bytes"]
+    assert memory["GRPO (policy)"] == 16 * counts["policy"]
+    assert memory["PPO, separate critic"] == 16 * (counts["policy"] + counts["separate critic"])
+    assert memory["PPO, separate critic + reference (InstructGPT)"] == (
+        memory["PPO, separate critic"] + 4 * counts["policy"])
