@@ -232,10 +232,11 @@ def test_the_value_head_reads_the_last_hidden_state_of_the_same_forward(make_mod
     torch.testing.assert_close(log_probs, logits.gather(-1, tokens["labels"][..., None])[..., 0])
 
 
-def test_a_two_step_run_completes(tmp_path, single_thread):
+@pytest.mark.parametrize("critic", [CriticConfig(), CriticConfig(kl_coef=0.05, lam=1.0)])
+def test_a_two_step_run_completes(tmp_path, single_thread, critic):
     config = TrainConfig(steps=2, prompts_per_step=2, group_size=2, eval_problems=4,
                          eval_samples=1, eval_every=1)
-    summary = run(config, CriticConfig(), tmp_path, progress=False)
+    summary = run(config, critic, tmp_path, progress=False)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["examples"]) for r in records] == [(1, 4), (2, 8)]
     assert all(r["advantage_var_none"] >= 0 and r["value_loss"] >= 0 for r in records)

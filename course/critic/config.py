@@ -30,7 +30,7 @@ class CriticConfig:
     lam: float = 0.95
     """λ of GAE: 1 is the Monte Carlo return minus V (unbiased, noisy), 0 the one-step TD error."""
     vf_coef: float = 0.1
-    """c_v, the value loss's weight ; its gradient trains the shared trunk too."""
+    """c_v, the value loss's weight; its gradient trains the shared trunk too."""
     value_clip: float = 0.2
     """ε_v: V may move at most this far from the rollout's V_old before its loss stops pushing."""
     kl_coef: float = 0.0

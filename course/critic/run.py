@@ -71,16 +71,18 @@ def rollout_batch(policy, head, reference, tokenizer, problems: list, config: Tr
     tokens = tokenize_rollouts(tokenizer, rollouts)
     mask = tokens["response_mask"]                                                # (B, T)
     old_log_probs = tokens["sampler_log_probs"]  # the float32 sampler is the policy: its own
+    device = next(policy.parameters()).device
     with torch.no_grad():
-        _, old_values = log_probs_and_values(policy, head, tokens["input_ids"], tokens["labels"],
-                                             config.temperature)                  # (B, T)
+        _, old_values = log_probs_and_values(policy, head, tokens["input_ids"].to(device),
+                                             tokens["labels"].to(device), config.temperature)
+    old_values = old_values.float().cpu()                                         # (B, T)
     rewards, reward_stats = compute_rollout_rewards(ADDITION.reward_fn, rollouts.responses,
                                                     rollouts.repeated_ground_truths)  # (B,)
     kl = None
     if critic.kl_coef:
         kl = old_log_probs - score_tokens(reference, tokens, config.temperature)  # (B, T) k1
     token_rewards = outcome_token_rewards(rewards, mask, kl, critic.kl_coef)      # (B, T)
-    advantages, returns = compute_gae_advantage_return(token_rewards, old_values.float(), mask,
+    advantages, returns = compute_gae_advantage_return(token_rewards, old_values, mask,
                                                        critic.gamma, critic.lam)  # (B, T) each
     centered, _ = compute_group_normalized_rewards(rewards, config.group_size, "mean",
                                                    advantage_normalizer="none")   # (B,)
