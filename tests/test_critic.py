@@ -301,3 +301,14 @@ def test_the_recorded_runs_hold_what_the_notebook_reads():
     assert memory["PPO, separate critic"] == 16 * (counts["policy"] + counts["separate critic"])
     assert memory["PPO, separate critic + reference (InstructGPT)"] == (
         memory["PPO, separate critic"] + 4 * counts["policy"])
+
+
+def test_bad_gae_inputs_are_refused_by_name():
+    rewards, values = random_inputs()
+    for args, name in [((rewards, values, MASK, 1.5, 1.0), "gamma"),
+                       ((rewards, values[:, :3], MASK, 1.0, 1.0), "values"),
+                       ((rewards, values, MASK[0], 1.0, 1.0), "response_mask")]:
+        with pytest.raises(ValueError, match=name):
+            compute_gae_advantage_return(*args)
+    with pytest.raises(ValueError, match="at least 2 response tokens"):
+        masked_whiten(values, torch.tensor([[1, 0, 0, 0, 0]] + [[0] * 5] * 3))
