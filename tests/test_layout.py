@@ -5,6 +5,7 @@
       submissions/         the notebook reader and the learner's own stages: the top only
       loop/                the trainer, models, tasks, rollouts: the top and submissions/
       lab/                 notebooks 08-09's experiments and lab: nothing else imports it
+      critic/              PPO with a critic, the loop's client: nothing else imports it
     autograder/            grades: imports course/, never instructor/
       trusted/             never imports untrusted/ (it never runs student code); nor the reverse:
       untrusted/           protocol/ is the only vocabulary the two sides share
@@ -79,7 +80,7 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab")
+COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab", "course.critic")
 
 
 def _top(module: str) -> bool:
@@ -98,6 +99,7 @@ RULES = {
     "submissions never import the loop or the lab": lambda a, b: _inside(a, "course.submissions") and (
         _inside(b, "course.loop") or _inside(b, "course.lab")),
     "nothing imports the lab but the lab": lambda a, b: _inside(b, "course.lab") and not _inside(a, "course.lab"),
+    "nothing imports the critic but the critic": lambda a, b: _inside(b, "course.critic") and not _inside(a, "course.critic"),
 }
 
 
@@ -154,7 +156,8 @@ def test_the_layout_test_sees_each_kind_of_violation():
     assert _entry_point(tree.body[0])
     planted_rules = {("course.train_step", "course.loop.models"): "course's top never imports a sub-package",
                      ("course.submissions.reader", "course.loop.rollout"): "submissions never import the loop or the lab",
-                     ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab"}
+                     ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab",
+                     ("course.loop.train", "course.critic.gae"): "nothing imports the critic but the critic"}
     for (a, b), rule in planted_rules.items():
         assert RULES[rule](a, b), rule
     assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")
