@@ -290,6 +290,59 @@ def test_a_probe_that_times_out_once_is_run_again_and_the_grade_completes(monkey
     assert all("timed out after" in r["output"] for r in hung["results"].values())
 
 
+def _loads(monkeypatch, stop_first: bool = False) -> list:
+    """Count the stage children's loads (their answers to "loading the submission"), with the
+    load time-out cut to 10 s; `stop_first`: SIGSTOP the first child as it starts loading, so that
+    it gets no CPU at all, as a child of a machine too busy to run it would."""
+    import signal
+
+    from autograder.trusted import grader, sandbox
+
+    monkeypatch.setattr(grader, "LOAD_TIMEOUT", 10.0)
+    real, loads = sandbox.StageClient._read, []
+
+    def read(self, timeout, doing):
+        if doing == "loading the submission":
+            loads.append(timeout)
+            if stop_first and len(loads) == 1:
+                for _ in range(200):  # tier 1: until the child has taken its user id
+                    if self.process.cpu_seconds() is not None:
+                        break
+                    time.sleep(0.01)
+                os.kill(self.process.host_pid, signal.SIGSTOP)
+        return real(self, timeout, doing)
+
+    monkeypatch.setattr(sandbox.StageClient, "_read", read)
+    return loads
+
+
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_a_top_level_loop_is_the_submissions_at_once_and_a_starved_load_is_retried(
+        tier, tmp_path, monkeypatch):
+    """A `.py` whose top level loops forever: its child had the CPU for the whole load time-out,
+    so the stage fails at once saying so (no retry with twice the time), and the grading completes.
+    A child that had no CPU (SIGSTOP) was starved: loaded again with twice the time, full marks.
+    Prints the seconds the loop cost."""
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    looping = tmp_path / "looping.py"
+    looping.write_text("while True:\n    pass\n\n\ndef compute_entropy(logits):\n"
+                       "    return logits.sum(-1)\n")
+    loads = _loads(monkeypatch)
+    started = time.monotonic()
+    graded = grade(str(looping), ("compute_entropy",), official=True, isolation=tier)
+    seconds = time.monotonic() - started
+    print(f"{tier}: a top-level loop failed its stage in {seconds:.1f} s (load time-out 10 s)")
+    said = " ".join(r["output"] for r in graded["results"].values())
+    assert loads == [10.0] and "an infinite loop, or far too slow?" in said, (loads, said)
+    assert graded["score"] == 0 and not graded["incomplete"], graded["incomplete"]
+    monkeypatch.undo()
+    loads = _loads(monkeypatch, stop_first=True)
+    starved = grade("course", ("compute_entropy",), official=True, isolation=tier)
+    assert loads == [10.0, 20.0] and not starved["incomplete"], (loads, starved["incomplete"])
+    assert starved["score"] == starved["max_score"] > 0, starved["results"]
+
+
 def _chain(top: Path, depth: int) -> None:
     """`depth` nested folders under `top`, made through descriptors (no path grows long)."""
     fd = os.open(top, os.O_RDONLY)
