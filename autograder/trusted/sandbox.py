@@ -47,6 +47,7 @@ DISK_WATCH = Path(__file__).resolve().with_name("diskwatch.py")
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
+CHILD_FILES = 256  # descriptors per process (Docker's default is 1,048,576): deleted files held open
 CHILD_CPU_SECONDS = 1800  # a backstop under the wall-clock deadlines: a stray spinner ends too
 LOOP_SHARE = 0.25  # a time-out promises the child a quarter of a CPU: one that had it ran
 
@@ -201,7 +202,7 @@ class Sandbox:
 
     def _child_limits(self) -> dict:
         limits = {"RLIMIT_NPROC": CHILD_PROCESSES, "RLIMIT_FSIZE": CHILD_FILE_BYTES,
-                  "RLIMIT_CORE": 0, "RLIMIT_CPU": CHILD_CPU_SECONDS}
+                  "RLIMIT_NOFILE": CHILD_FILES, "RLIMIT_CORE": 0, "RLIMIT_CPU": CHILD_CPU_SECONDS}
         if self.memory_bytes:
             limits["RLIMIT_AS"] = self.memory_bytes
         return limits
