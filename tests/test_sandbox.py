@@ -428,7 +428,7 @@ def test_the_disk_watchdog_counts_deleted_files_held_open_and_a_fall_in_free_spa
 
     monkeypatch.setattr(diskwatch, "BUDGET", 3 * 2**20)
     monkeypatch.setattr(diskwatch, "SHARE", 2**20)
-    monkeypatch.setattr(diskwatch, "processes_of", lambda uid: [os.getpid()])  # ours alone
+    monkeypatch.setattr(diskwatch.cleanup, "processes_of", lambda uids: [os.getpid()])  # ours
     path = tmp_path / "gone"
     with open(path, "wb") as handle:
         handle.write(b"\1" * 2 * 2**20)

@@ -47,25 +47,11 @@ SHARE = 16 * 2**20  # a child holding less is not the one filling the disk
 PERIOD = 0.2  # seconds between walks, at least
 
 
-def processes_of(uid: int) -> list[int]:
-    """The pids of the live processes of user `uid` (/proc/PID/status, its real uid)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/status", "rb") as handle:
-                line = next(line for line in handle if line.startswith(b"Uid:"))
-            if int(line.split()[1]) == uid:
-                found.append(int(entry))
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue  # not a process, or ended meanwhile
-    return found
-
-
 def deleted_but_held(uid: int, device: int) -> int:
     """Bytes of the files on `device` that processes of `uid` hold open or mapped though no folder
     holds them (st_nlink 0: deleted, so no walk finds them), each inode once, by st_blocks."""
     seen, held = set(), 0
-    for pid in processes_of(uid):
+    for pid in cleanup.processes_of(range(uid, uid + 1)):
         for kind in ("fd", "map_files"):
             try:
                 names = os.listdir(f"/proc/{pid}/{kind}")

@@ -90,15 +90,12 @@ def oldest_process_of(uid: int) -> int | None:
     """The grader's pid of the first process of user `uid` (a stage child's user is its own: the
     child itself), or None. Tier 1 hands the grader pids of its own PID namespace, not these."""
     found = []
-    for entry in os.listdir("/proc"):
+    for pid in cleanup.processes_of(range(uid, uid + 1)):
         try:
-            with open(f"/proc/{entry}/status", "rb") as handle:
-                line = next(line for line in handle if line.startswith(b"Uid:"))
-            if int(line.split()[1]) == uid:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    found.append((int(handle.read().rsplit(b")", 1)[1].split()[19]), int(entry)))
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue  # not a process, or ended meanwhile
+            with open(f"/proc/{pid}/stat", "rb") as handle:  # field 22: its start time
+                found.append((int(handle.read().rsplit(b")", 1)[1].split()[19]), pid))
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
     return min(found)[1] if found else None
 
 
