@@ -1,4 +1,4 @@
-"""Tier 2's disk budget: a watchdog over the stage children's folders.
+"""Tier 2's disk budget: a watchdog over what the stage children hold on disk.
 
 Tier 1 bounds what a grading can write by the size of its tmpfs mounts (`isolation.TMPFS_MB`,
 1,024 MiB in all). Tier 2 has no mount namespace: a stage child writes into its own folder on the
@@ -19,9 +19,11 @@ It prints the reason as one JSON line, {"uid": ..., "why": ...}, before it kills
 the child's user id (which frees its deleted files), so that the grader has the reason when it sees
 the child end. A child can overshoot the budget by what it writes between two looks: seccomp
 refuses fallocate (`autograder.untrusted.confine`), which reserves gigabytes in microseconds, so
-blocks must be written (20 × 64 MiB of posix_fallocate were stopped at 1,029 MiB), each file is at
-most 64 MiB (RLIMIT_FSIZE) and a process holds at most `sandbox.CHILD_FILES` descriptors
-(RLIMIT_NOFILE). The folder itself is deleted by the template's reap as always.
+blocks must be written, each file is at most 64 MiB (RLIMIT_FSIZE) and a process holds at most
+`sandbox.CHILD_FILES` descriptors (RLIMIT_NOFILE): 20 × 64 MiB of posix_fallocate were stopped at
+1,029 MiB, 20 files of 64 MiB deleted as soon as made and held open at 1,063 MiB
+(`tests/test_sandbox.py` holds it to 256 MiB over). The folder itself is deleted by the template's
+reap as always.
 
     python diskwatch.py STAGES_FOLDER
 """
