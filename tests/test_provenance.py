@@ -107,9 +107,12 @@ def test_honest_code_with_gc_inspect_dataclasses_and_logging_is_read(tmp_path):
                    helper="def scale(x):\n    return x\n")
     assert loaded["statuses"] == {"compute_entropy": "ok"} and loaded["unread"] == {}
     assert loaded["errors"] == [] and loaded["call"]["status"] == "ok", loaded
-    served, *generated = loaded["captured"]  # and the text namedtuple wrote for it: evidence
-    assert served[0] == "the helper module helper.py, served"
-    assert all("_tuple_new" in text for _, text in generated), generated
+    # the helper it served, and the text namedtuple wrote for it: evidence
+    generated = [text for origin, text in loaded["captured"] if not origin.startswith("the helper")]
+    assert [origin for origin, _ in loaded["captured"]].count(
+        "the helper module helper.py, served") == 1, loaded["captured"]
+    assert generated and all("_tuple_new" in text or "__create_fn__" in text
+                             for text in generated), generated
 
 
 HEX = HONEST_ENTROPY.encode().hex()
@@ -130,24 +133,23 @@ HEX = HONEST_ENTROPY.encode().hex()
     "    def compute_entropy(logits):\n        return inner(logits)\n    return compute_entropy\n\n\n"
     "compute_entropy = _make()\n",
 ], ids=["print.__self__ exec", "forged file and line", "kept in a dict", "kept in a closure"])
-def test_a_graded_function_made_at_run_time_earns_nothing_and_its_text_is_captured(tmp_path,
-                                                                                    attack):
+def test_text_compiled_at_run_time_is_refused_and_kept_as_evidence(tmp_path, attack):
     loaded = _load(tmp_path, attack)
-    assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
-    assert "not compiled from the submission's text" in loaded["unread"]["compute_entropy"]
-    assert loaded["call"] == {"status": "unread"}
+    assert any("compile() of text that is not your submission's" in e
+               for e in loaded["errors"]), loaded["errors"]
+    assert "unread" not in loaded["statuses"].values()  # the text never ran: nothing to judge
     assert any("log_softmax" in text and "submission.py line" in origin
                for origin, text in loaded["captured"]), loaded["captured"]
 
 
-def test_code_made_while_a_graded_function_runs_earns_nothing(tmp_path):
+def test_code_made_while_a_graded_function_runs_is_refused(tmp_path):
     loaded = _load(tmp_path, "import torch\n\n\ndef compute_entropy(logits):\n"
                              f"    ns = {{'torch': torch}}\n    run = getattr(print.__self__, 'ex' + 'ec')\n"
                              f"    run(bytes.fromhex('{HEX}').decode(), ns)\n"
                              "    return ns['compute_entropy'](logits)\n")
     assert loaded["statuses"] == {"compute_entropy": "ok"}  # what it runs is seen when it runs
-    assert loaded["call"]["status"] == "unread"
-    assert "made code at run time while it ran" in loaded["call"]["why"]
+    assert loaded["call"]["status"] == "error", loaded["call"]
+    assert "compile() of text that is not your submission's" in loaded["call"]["message"]
 
 
 # ---- the grader's objects are out of reach ---------------------------------------------------
@@ -176,7 +178,7 @@ def test_frames_and_object_walks_are_refused_to_graded_code(tmp_path, reach):
                              "import torch\n\n\ndef compute_entropy(logits):\n"
                              f"    found = {reach}\n    return logits.sum(-1)\n")
     assert loaded["call"]["status"] == "error", loaded["call"]
-    assert "not available while grading" in loaded["call"]["message"]
+    assert "refused while grading" in loaded["call"]["message"]
 
 
 def test_what_the_library_does_with_frames_still_works(tmp_path):
@@ -223,19 +225,23 @@ def test_a_tracer_is_refused_to_the_submission(tmp_path):
                              "    sys.settrace(lambda frame, event, arg: None)\n"
                              "    return logits.sum(-1)\n")
     assert loaded["call"]["status"] == "error"
-    assert "sys.settrace is not available while grading" in loaded["call"]["message"]
+    assert "sys.settrace is refused while grading" in loaded["call"]["message"]
 
 
-def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_found(tmp_path):
+def test_code_hidden_in_a_module_made_at_run_time_or_behind_a_large_dict_is_found(tmp_path):
+    """Refused where it is made; and a graded function whose reach is padded past what the
+    loader follows is not graded."""
     loaded = _load(tmp_path, "import types\nimport torch\n"
                              "fake = types.ModuleType('torch_helpers')\nfake.torch = torch\n"
-                             f"exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
+                             "try:\n"
+                             f"    exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
+                             "except RuntimeError as refused:\n    REPORT = str(refused)\n"
                              "PAD = {i: [] for i in range(30_000)}\n\n\n"
                              "def compute_entropy(logits):\n"
                              "    return fake.compute_entropy(logits) if PAD else None\n")
+    assert "compile() of text" in loaded["report"], loaded
     assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
-    why = loaded["unread"]["compute_entropy"]  # whichever it meets first: padding hides nothing
-    assert "'<string>'" in why or "too large to follow" in why, why
+    assert "too large to follow" in loaded["unread"]["compute_entropy"]
 
 
 def test_a_course_module_in_a_sub_package_is_known_by_the_file_the_worker_compiles_it_under():

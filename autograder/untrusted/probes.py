@@ -37,7 +37,7 @@ class SubmissionState:
     device: str = "cpu"
     reference_calls: Counter = field(default_factory=Counter)
     patch: object = None  # context manager factory that installs call counters (in-process mode)
-    provenance: object = None  # the stage child's `autograder.untrusted.provenance.Provenance`
+    recheck: object = None  # recheck(name): why `name` is no longer the code judged at load
     ranks: list | None = None  # data-parallel ranks forked before the submission loaded (tier 2)
 
 
@@ -104,10 +104,13 @@ def _given_head_calls() -> int:
 
 
 def _call_guarded(state: SubmissionState, name: str, fn):
-    """Run fn(); report delegation if the reference `name` was called meanwhile, and code the
-    grader did not read if the call made code at run time (`provenance.Provenance.events`)."""
+    """Run fn(), unless `name` is no longer the code the grader read and judged at load
+    (`state.recheck`: its `__code__` swapped, what it reaches changed); report delegation if the
+    reference `name` was called meanwhile."""
+    why = state.recheck(name) if state.recheck else None
+    if why:
+        return {"status": "unread", "why": why}
     state.reference_calls.clear()
-    made = state.provenance.events if state.provenance else 0
     try:
         with state.patch() if state.patch else contextlib.nullcontext():
             result = fn()
@@ -115,9 +118,6 @@ def _call_guarded(state: SubmissionState, name: str, fn):
         result = exception_answer(exc)
     if state.reference_calls[name]:
         return {"status": "delegated"}
-    if state.provenance and state.provenance.events != made:
-        return {"status": "unread", "why": f"{name} made code at run time while it ran: "
-                                           f"{state.provenance.last_event}"}
     return result
 
 
