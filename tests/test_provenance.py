@@ -255,3 +255,70 @@ def test_a_course_module_in_a_sub_package_is_known_by_the_file_the_worker_compil
     assert course_file("course.loop.tasks", modules) == "<course>/loop/tasks.py"
     assert course_file("course.scoring", modules) == "<course>/scoring.py"
     assert course_file("course.loop.tasks", modules) != "<course>/loop.tasks.py"  # the old bug
+
+
+# ---- refused, not counted: each way to make or reach code the grader did not read -------------
+@pytest.mark.parametrize("reach, says", [
+    ("signal.signal(signal.SIGUSR1, lambda signum, frame: None)", "signal handlers are refused"),
+    ("ctypes.pythonapi.PyThreadState_Get()", "ctypes is refused"),
+    ("_Depth().frame", "frames are refused"),  # functools calls sys._getframe for it
+    ("_xxsubinterpreters.create()", "interpreter creation failed"),  # our refusal, C's words
+    ("_other.__code__.replace(co_name='x')", "building or replacing a code object"),
+    ("marshal.loads(marshal.dumps(_other.__code__))", "building or replacing a code object"),
+    ("setattr(compute_entropy, '__code__', _other.__code__)", "building or replacing a code"),
+], ids=["signal handler", "ctypes", "cached_property(sys._getframe)", "sub-interpreter",
+        "code.replace", "marshal", "__code__ swap"])
+def test_what_would_make_or_reach_unread_code_is_refused_and_says_what(tmp_path, reach, says):
+    loaded = _load(tmp_path, "import ctypes\nimport functools\nimport marshal\nimport signal\n"
+                             "import sys\nimport _xxsubinterpreters\nimport torch\n\n\n"
+                             "class _Depth:\n    frame = functools.cached_property(sys._getframe)\n\n"
+                             "    def __index__(self):\n        return 1\n\n\n"
+                             "def _other(logits):\n    return logits\n\n\n"
+                             f"def compute_entropy(logits):\n    {reach}\n"
+                             "    return logits.sum(-1)\n")
+    assert loaded["statuses"] == {"compute_entropy": "ok"}, loaded
+    assert loaded["call"]["status"] == "error", loaded["call"]
+    assert says in loaded["call"]["message"], loaded["call"]
+
+
+def test_what_the_submission_reaches_of_the_loader_leads_nowhere_in_the_grader(tmp_path):
+    """The finders on sys.meta_path, the stubs' `__reference_called__`: their `__globals__`
+    hold no module of the grader's, and the course finder keeps code, not text."""
+    loaded = _load(tmp_path, "import sys\nimport torch\nimport course.scoring\n"
+                             "_reached = [v for f in sys.meta_path for v in "
+                             "list(vars(type(f)).values()) + list(vars(f).values())]\n"
+                             "_reached.append(course.scoring.__dict__.get('__reference_called__'))\n"
+                             "REPORT = {'globals': sorted({str(g.get('__name__')) for g in "
+                             "(getattr(v, '__globals__', None) for v in _reached) if g}),\n"
+                             "          'text': [type(v).__name__ for f in sys.meta_path "
+                             "if hasattr(f, '__dict__') for d in vars(f).values() "
+                             "if isinstance(d, dict) for v in d.values() if isinstance(v, str)]}\n"
+                             + HONEST_ENTROPY)
+    assert loaded["report"]["globals"] and not any(
+        name.startswith(("autograder", "__main__")) for name in loaded["report"]["globals"]), \
+        loaded["report"]
+    assert loaded["report"]["text"] == [], loaded["report"]
+    assert loaded["call"]["status"] == "ok"
+
+
+def test_unread_code_behind_a_library_wrapper_is_found():
+    """`lru_cache` and torch's decorators hold the function they wrap where no attribute tells
+    truly (`__wrapped__` can be rebound): the loader looks at what they hold."""
+    import functools
+
+    import torch
+
+    from autograder.untrusted.provenance import Provenance
+
+    provenance = Provenance({}, {})
+    honest = {}
+    exec(provenance.compile_read("def f(x):\n    return x\n", "submission.py"), honest)
+    made = {"torch": torch}
+    exec(HONEST_ENTROPY, made)  # compiled here, not by the loader: not read
+    cached = functools.lru_cache(maxsize=0)(made["compute_entropy"])
+    cached.__wrapped__ = honest["f"]  # says the read one
+    for wrapped in (cached, torch.enable_grad()(made["compute_entropy"]),
+                    functools.lru_cache(maxsize=0)(torch.no_grad()(made["compute_entropy"]))):
+        assert "not compiled from the submission's text" in provenance.unread(wrapped)
+    assert provenance.unread(functools.lru_cache(maxsize=0)(honest["f"])) is None
+    assert provenance.unread(torch.no_grad()(honest["f"])) is None

@@ -17,7 +17,7 @@ refused, whatever would make or reach code the grader did not read:
   process: frames (`sys._getframe`, a traceback's or generator's frame) unless a fixed list of the
   standard library's own readers asks, which keep a name or text and hand no frame on (logging's
   caller, `typing`, `namedtuple`, `enum`, `warnings`, `traceback`'s text), the garbage collector's
-  object walks, `sys._current_frames`, and setting an attribute of a grader's class.
+  object walks and `sys._current_frames`.
 The hook is a closure over plain locals built before the submission loads: nothing it consults
 is looked up on a class or module at call time, so nothing the submission reaches rebinds it.
 
@@ -72,9 +72,6 @@ WHY = {  # what each refusal says: what was refused, so that an honest student k
     "frames": "frames are refused while grading (sys._getframe, inspect.currentframe, a "
               "traceback's tb_frame): they would reach the grader's own objects in this process",
     "ctypes": "ctypes is refused while grading: it reaches the grader's memory in this process",
-    "cpython.PyInterpreterState_New": "a sub-interpreter is refused while grading: its code is "
-                                      "not your submission's text",
-    "grader": "changing the grader's classes is refused while grading",
 }
 
 
@@ -221,7 +218,9 @@ class Provenance:
                 and isinstance(getattr(item, "__dict__", None), dict):
             return [type(item), item.__dict__]  # an object of the submission's own class
         if callable(item) and not isinstance(item, (types.BuiltinFunctionType, torch.nn.Module)):
-            return [getattr(item, "__wrapped__", None), *_inner(item)]  # a library's wrapper
+            # a library's wrapper: what it holds (not the classes it builds its results of)
+            return [getattr(item, "__wrapped__", None),
+                    *(held for held in _inner(item) if not isinstance(held, type))]
         return []
 
     def _ours(self, namespace: dict) -> bool:
@@ -268,7 +267,6 @@ def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
                typing.ForwardRef.__init__.__code__: None}  # code writing text: where it may be
     parse, inner, code_type, function_type = ast.parse.__code__, _inner.__code__, \
         types.CodeType, types.FunctionType
-    grader_classes = frozenset(id(c) for c in _grader_classes())
     getframe, busy, loading, error, why_of = sys._getframe, [False], provenance._loading, \
         RuntimeError, dict(WHY)
     read, generated, captured = provenance.read, provenance.generated, provenance.captured
@@ -278,7 +276,7 @@ def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
     startswith, as_str, decode, opened, is_sub = str.startswith, str.__str__, bytes.decode, \
         open, issubclass
     # the builtins it calls, bound: a module's dict reached by the submission holds them too
-    type_of, ident, text_type, view, os_error, text_cap = type, id, str, memoryview, OSError, \
+    type_of, text_type, view, os_error, text_cap = type, str, memoryview, OSError, \
         MAX_TEXT_CHARS
     binary, text_length = (bytes, bytearray, memoryview), len
 
@@ -372,11 +370,9 @@ def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
             return "code"
         if event == "function.__new__":
             return None if args[0] in read or args[0] in generated else "code"
-        if event == "object.__setattr__" or event == "object.__delattr__":
-            if type_of(args[0]) is function_type:
-                return "code" if args[1] in rebound and (
-                    args[1] == "__code__" or args[0].__code__ not in read) else None
-            return "grader" if ident(args[0]) in grader_classes else None
+        if (event == "object.__setattr__" or event == "object.__delattr__") \
+                and type_of(args[0]) is function_type and args[1] in rebound:
+            return "code" if args[1] == "__code__" or args[0].__code__ not in read else None
         return None
 
     def hook(event: str, args: tuple) -> None:
@@ -393,15 +389,6 @@ def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
                         "objects in this process")
 
     return hook
-
-
-def _grader_classes() -> list[type]:
-    """The classes of the grader's modules in this process (the probes' state, this module's):
-    `object.__subclasses__()` finds them whatever `sys.modules` says."""
-    return [value for module in list(sys.modules.values())
-            if str(getattr(module, "__file__", "")).startswith(GRADER)
-            for value in vars(module).values()
-            if isinstance(value, type) and value.__module__ == module.__name__]
 
 
 def _found_where_it_says(cls: type) -> bool:
