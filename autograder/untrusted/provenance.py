@@ -14,9 +14,11 @@ refused, whatever would make or reach code the grader did not read:
   a function made of code that was not read, a function's `__code__` rebound;
 - `ctypes`, a sub-interpreter (its own hooks see nothing), a tracer, another audit hook (it would
   be handed the frames this one sees), and what reaches the grader's objects, which share this
-  process: frames (`sys._getframe`, a traceback's or generator's frame) unless a fixed list of the
-  standard library's own readers asks, which keep a name or text and hand no frame on (logging's
-  caller, `typing`, `namedtuple`, `enum`, `warnings`, `traceback`'s text), the garbage collector's
+  process: frames (`sys._getframe`, a traceback's or generator's frame) unless the standard
+  library's own readers ask, which keep a name or text and hand no frame on (logging's caller,
+  `typing`, `namedtuple`, `enum`, `warnings`, `traceback`'s text), or, for `sys._getframe`, a
+  library's code that names it itself (`typing_extensions`; not `functools.cached_property`
+  handed it, nor `inspect.currentframe`, which returns the frame), the garbage collector's
   object walks and `sys._current_frames`.
 The hook is a closure over plain locals built before the submission loads: nothing it consults
 is looked up on a class or module at call time, so nothing the submission reaches rebinds it.
@@ -120,6 +122,16 @@ def _frame_policy() -> tuple[frozenset, frozenset]:
     return frozenset(readers - passers), frozenset(passers)
 
 
+def _handers() -> frozenset:
+    """Library code that names `sys._getframe` and returns the frame (or the stack) to its
+    caller: allowed only on its way to a reader."""
+    import inspect
+
+    return frozenset({inspect.currentframe.__code__, inspect.stack.__code__,
+                      inspect.getouterframes.__code__, logging.currentframe.__code__,
+                      traceback.walk_stack.__code__})
+
+
 def _inner(item) -> list:
     """What a library's callable object holds (`lru_cache`'s wrapped function, which no
     attribute tells truly): the grader's own use of an object walk the hook refuses to others."""
@@ -174,7 +186,7 @@ class Provenance:
         submission's own files lie on disk (an importable module's folder), imported as text;
         `refuse_text` False (`--allow-reference`, an instructor's check): text compiled at run
         time is only captured."""
-        sys.addaudithook(_hook(self, LIBRARY_ROOTS + tuple(roots), refuse_text))
+        sys.addaudithook(_hook(self, tuple(roots), refuse_text))
         _freeze_builtins()
 
     # ---- judging a graded function ---------------------------------------------------------
@@ -255,13 +267,15 @@ class Provenance:
             and filename.startswith(LIBRARY_ROOTS + ("<frozen ",))
 
 
-def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
+def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool):
     """The audit hook: a closure over plain locals bound here, which raises RuntimeError on what
     it refuses. Nothing it runs looks a name up in a module or on a class (a submission that
     reached one could rebind it), nor calls a method of an object the submission made (its code
     would run while the hook is busy): type checks are `type(x) is`, text is copied with the
     built-in types' own methods."""
     readers, passers = _frame_policy()
+    handers = passers | _handers()
+    library, roots = LIBRARY_ROOTS, LIBRARY_ROOTS + theirs  # `theirs`: the submission's folders
     create_fn, namedtuple = dataclasses._create_fn.__code__, collections.namedtuple.__code__
     writers = {create_fn: dataclasses.__file__, namedtuple: None,
                typing.ForwardRef.__init__.__code__: None}  # code writing text: where it may be
@@ -319,14 +333,19 @@ def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
             frame = frame.f_back
         return ""
 
-    def to_a_reader(frame) -> bool:
-        """Whether a frame asked for goes to a reader, through passers only."""
+    def to_a_reader(frame, named: str | None) -> bool:
+        """Whether a frame asked for goes to a reader, through passers only; `named`: also a
+        library's own code that names it (`sys._getframe` in its text: not a callable it was
+        handed, as `functools.cached_property` is), unless it is one that hands frames on."""
         steps = 6
         while frame is not None and steps:
-            if frame.f_code in readers:
+            code = frame.f_code
+            if code in readers:
                 return True
-            if frame.f_code not in passers:
-                return False
+            if code not in passers:
+                return named is not None and named in code.co_names and code not in read \
+                    and code not in handers and startswith(as_str(code.co_filename), library) \
+                    and not (theirs and startswith(as_str(code.co_filename), theirs))
             frame, steps = frame.f_back, steps - 1
         return False
 
@@ -360,9 +379,10 @@ def _hook(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
             return None
         if event in refused:
             return None if event == "gc.get_referents" and caller.f_code is inner else event
-        if event == "sys._getframe" or (event == "object.__getattr__"
-                                        and args[1] in frame_attributes):
-            return None if to_a_reader(caller) else "frames"
+        if event == "sys._getframe":
+            return None if to_a_reader(caller, "_getframe") else "frames"
+        if event == "object.__getattr__" and args[1] in frame_attributes:
+            return None if to_a_reader(caller, None) else "frames"
         if startswith(event, "ctypes."):
             return "ctypes"
         if event == "code.__new__" or (event == "marshal.loads" and not startswith(

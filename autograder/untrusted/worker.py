@@ -399,8 +399,19 @@ def serve(answer_fd: int, order: dict) -> None:
         try:
             response = handle(state, request)
         except BaseException as exc:  # a probe must answer, whatever the submission did
-            response = exception_answer(exc)
+            response = _answer_for(exc, exception_answer)
         send(answer_fd, to_plain(response))
+
+
+def _answer_for(exc: BaseException, exception_answer) -> dict:
+    """The error answer for what a call raised; its type's name alone where describing it
+    raises too (a refusal met while its traceback is formatted, a hostile `__str__`)."""
+    try:
+        return exception_answer(exc)
+    except BaseException:
+        return {"status": "error", "error_type": type(exc).__name__, "message": "",
+                "traceback": "", "is_value_error": False, "is_runtime_error": False,
+                "not_implemented": False}
 
 
 def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:
