@@ -382,7 +382,7 @@ def _written(submission: dict, name: str) -> bool:
 def serve(answer_fd: int, order: dict) -> None:
     """A child's life: read its configuration, fork its data-parallel ranks where its order asks
     for them (`autograder.untrusted.ranks`), load the submission, answer probes until EOF."""
-    from autograder.protocol.answers import exception_answer
+    from autograder.protocol.answers import error_answer, exception_answer
     from autograder.untrusted.probes import handle, to_plain
 
     receive, send = _channel()
@@ -399,19 +399,17 @@ def serve(answer_fd: int, order: dict) -> None:
         try:
             response = handle(state, request)
         except BaseException as exc:  # a probe must answer, whatever the submission did
-            response = _answer_for(exc, exception_answer)
+            response = _answer_for(exc, exception_answer, error_answer)
         send(answer_fd, to_plain(response))
 
 
-def _answer_for(exc: BaseException, exception_answer) -> dict:
+def _answer_for(exc: BaseException, exception_answer, error_answer) -> dict:
     """The error answer for what a call raised; its type's name alone where describing it
     raises too (a refusal met while its traceback is formatted, a hostile `__str__`)."""
     try:
         return exception_answer(exc)
     except BaseException:
-        return {"status": "error", "error_type": type(exc).__name__, "message": "",
-                "traceback": "", "is_value_error": False, "is_runtime_error": False,
-                "not_implemented": False}
+        return error_answer(type(exc).__name__, "")
 
 
 def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:
