@@ -272,103 +272,23 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool):
     it refuses. Nothing it runs looks a name up in a module or on a class (a submission that
     reached one could rebind it), nor calls a method of an object the submission made (its code
     would run while the hook is busy): type checks are `type(x) is`, text is copied with the
-    built-in types' own methods."""
-    readers, passers = _frame_policy()
-    handers = passers | _handers()
-    library, roots = LIBRARY_ROOTS, LIBRARY_ROOTS + theirs  # `theirs`: the submission's folders
-    create_fn, namedtuple = dataclasses._create_fn.__code__, collections.namedtuple.__code__
-    writers = {create_fn: dataclasses.__file__, namedtuple: None,
-               typing.ForwardRef.__init__.__code__: None}  # code writing text: where it may be
-    parse, inner, code_type, function_type = ast.parse.__code__, _inner.__code__, \
-        types.CodeType, types.FunctionType
+    built-in types' own methods. `theirs`: the submission's folders (an importable module's)."""
+    compiled = _text_rule(provenance, LIBRARY_ROOTS + theirs, refuse_text)
+    to_a_reader = _frame_rule(provenance.read, theirs)
+    writers = _writers()
+    inner, code_type, function_type = _inner.__code__, types.CodeType, types.FunctionType
     getframe, busy, loading, error, why_of = sys._getframe, [False], provenance._loading, \
         RuntimeError, dict(WHY)
-    read, generated, captured = provenance.read, provenance.generated, provenance.captured
-    budget = [MAX_CAPTURED, MAX_CAPTURED_CHARS]
+    read, generated = provenance.read, provenance.generated
     refused, frame_attributes, rebound = frozenset(REFUSED), frozenset(FRAME_ATTRIBUTES), \
         frozenset(REBOUND)
-    startswith, as_str, decode, opened, is_sub = str.startswith, str.__str__, bytes.decode, \
-        open, issubclass
-    # the builtins it calls, bound: a module's dict reached by the submission holds them too
-    type_of, text_type, view, os_error, text_cap = type, str, memoryview, OSError, \
-        MAX_TEXT_CHARS
-    binary, text_length = (bytes, bytearray, memoryview), len
-
-    def text_of(source) -> str | None:
-        kind = type_of(source)
-        if is_sub(kind, text_type):
-            return as_str(source)
-        if is_sub(kind, binary):
-            return decode(view.tobytes(view(source)), "utf-8", "replace")
-        return None
+    startswith, as_str, type_of = str.startswith, str.__str__, type  # bound, as builtins are
 
     def nested(code, found: set) -> None:
         found.add(code)
         for constant in code.co_consts:
             if type_of(constant) is code_type:
                 nested(constant, found)
-
-    def genuine(text: str, filename: str) -> bool:
-        """The text of the library file it names, as the disk holds it (an import)."""
-        if not startswith(filename, roots):
-            return False
-        try:
-            with opened(filename, "rb") as handle:
-                return handle.read() == text.encode()
-        except os_error:
-            return False
-
-    def keep(origin: str, text: str) -> None:
-        if budget[0] > 0 and budget[1] > 0 and text:
-            text = text[:text_cap if text_cap < budget[1] else budget[1]]
-            budget[0], budget[1] = budget[0] - 1, budget[1] - text_length(text)
-            captured.append((origin, text))
-
-    def origin(frame, filename: str) -> str:
-        """The submission's line that led to run-time code; "" where none did."""
-        while frame is not None:
-            if frame.f_code in read:
-                return f"compiled at run time as {filename!r} from " \
-                       f"{as_str(frame.f_code.co_filename)} line {frame.f_lineno}"
-            frame = frame.f_back
-        return ""
-
-    def to_a_reader(frame, named: str | None) -> bool:
-        """Whether a frame asked for goes to a reader, through passers only; `named`: also a
-        library's own code that names it (`sys._getframe` in its text: not a callable it was
-        handed, as `functools.cached_property` is), unless it is one that hands frames on."""
-        steps = 6
-        while frame is not None and steps:
-            code = frame.f_code
-            if code in readers:
-                return True
-            if code not in passers:
-                return named is not None and named in code.co_names and code not in read \
-                    and code not in handers and startswith(as_str(code.co_filename), library) \
-                    and not (theirs and startswith(as_str(code.co_filename), theirs))
-            frame, steps = frame.f_back, steps - 1
-        return False
-
-    def written_by_library(caller) -> bool:
-        """Text the standard library wrote from names: dataclasses' methods (asked by
-        dataclasses itself, not by a caller of its private writer), a namedtuple's, a forward
-        reference (an annotation of the submission's text)."""
-        if caller.f_code not in writers:
-            return False
-        home = writers[caller.f_code]
-        return home is None or (caller.f_back is not None
-                                and as_str(caller.f_back.f_code.co_filename) == home)
-
-    def compiled(args: tuple, caller) -> str | None:
-        text = text_of(args[0])
-        filename = as_str(args[1]) if is_sub(type_of(args[1]), text_type) else "?"
-        if caller.f_code is parse or (text is not None and genuine(text, filename)):
-            return None
-        allowed = not refuse_text or (text is not None and written_by_library(caller))
-        line = origin(caller, filename)
-        if text is not None and (not allowed or line):  # what the submission's line led to
-            keep(line or f"refused: compiled at run time as {filename!r}", text)
-        return None if allowed else "compile"
 
     def decide(event: str, args: tuple, caller) -> str | None:
         if event == "compile":
@@ -409,6 +329,102 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool):
                         "objects in this process")
 
     return hook
+
+
+def _writers() -> dict:
+    """{code that writes text from names: the file of the only code that may ask it, or None}:
+    dataclasses' writer (asked by dataclasses itself, not by a caller of its private function),
+    namedtuple, a `typing` forward reference (an annotation of the submission's own text)."""
+    return {dataclasses._create_fn.__code__: dataclasses.__file__,
+            collections.namedtuple.__code__: None, typing.ForwardRef.__init__.__code__: None}
+
+
+def _text_rule(provenance: Provenance, roots: tuple[str, ...], refuse_text: bool):
+    """compiled(args, caller): None where a `compile` event may go on (an import of a file under
+    `roots` as the disk holds it, an AST, text the library wrote from names; any text where not
+    `refuse_text`), else "compile"; the text the submission's line led to is kept as evidence."""
+    parse, writers, read, captured = ast.parse.__code__, _writers(), provenance.read, \
+        provenance.captured
+    budget = [MAX_CAPTURED, MAX_CAPTURED_CHARS]
+    startswith, as_str, decode, opened, is_sub = str.startswith, str.__str__, bytes.decode, \
+        open, issubclass
+    type_of, text_type, view, os_error, text_cap, text_length = type, str, memoryview, OSError, \
+        MAX_TEXT_CHARS, len
+    binary = (bytes, bytearray, memoryview)
+
+    def text_of(source) -> str | None:
+        kind = type_of(source)
+        if is_sub(kind, text_type):
+            return as_str(source)
+        if is_sub(kind, binary):
+            return decode(view.tobytes(view(source)), "utf-8", "replace")
+        return None
+
+    def genuine(text: str, filename: str) -> bool:
+        if not startswith(filename, roots):
+            return False
+        try:
+            with opened(filename, "rb") as handle:
+                return handle.read() == text.encode()
+        except os_error:
+            return False
+
+    def origin(frame, filename: str) -> str:
+        """The submission's line that led to run-time code; "" where none did."""
+        while frame is not None:
+            if frame.f_code in read:
+                return f"compiled at run time as {filename!r} from " \
+                       f"{as_str(frame.f_code.co_filename)} line {frame.f_lineno}"
+            frame = frame.f_back
+        return ""
+
+    def by_library(caller) -> bool:
+        if caller.f_code not in writers:
+            return False
+        home = writers[caller.f_code]
+        return home is None or (caller.f_back is not None
+                                and as_str(caller.f_back.f_code.co_filename) == home)
+
+    def compiled(args: tuple, caller) -> str | None:
+        text = text_of(args[0])
+        filename = as_str(args[1]) if is_sub(type_of(args[1]), text_type) else "?"
+        if caller.f_code is parse or (text is not None and genuine(text, filename)):
+            return None
+        allowed = not refuse_text or (text is not None and by_library(caller))
+        line = origin(caller, filename)
+        if text and (not allowed or line) and budget[0] > 0 and budget[1] > 0:
+            text = text[:text_cap if text_cap < budget[1] else budget[1]]
+            budget[0], budget[1] = budget[0] - 1, budget[1] - text_length(text)
+            captured.append((line or f"refused: compiled at run time as {filename!r}", text))
+        return None if allowed else "compile"
+
+    return compiled
+
+
+def _frame_rule(read: set, theirs: tuple[str, ...]):
+    """to_a_reader(frame, named): whether a frame asked for goes to a reader through passers
+    only (`_frame_policy`); `named`: also a library's own code that names it (`sys._getframe` in
+    its text: not a callable it was handed, as `functools.cached_property` is), unless it is one
+    that hands frames on (`_handers`), or the submission's (read, or under `theirs`)."""
+    readers, passers = _frame_policy()
+    handers = passers | _handers()
+    library, startswith, as_str = LIBRARY_ROOTS, str.startswith, str.__str__
+
+    def to_a_reader(frame, named: str | None) -> bool:
+        steps = 6
+        while frame is not None and steps:
+            code = frame.f_code
+            if code in readers:
+                return True
+            if code not in passers:
+                filename = as_str(code.co_filename)
+                return named is not None and named in code.co_names and code not in read \
+                    and code not in handers and startswith(filename, library) \
+                    and not (theirs and startswith(filename, theirs))
+            frame, steps = frame.f_back, steps - 1
+        return False
+
+    return to_a_reader
 
 
 def _found_where_it_says(cls: type) -> bool:
