@@ -322,3 +322,21 @@ def test_unread_code_behind_a_library_wrapper_is_found():
         assert "not compiled from the submission's text" in provenance.unread(wrapped)
     assert provenance.unread(functools.lru_cache(maxsize=0)(honest["f"])) is None
     assert provenance.unread(torch.no_grad()(honest["f"])) is None
+
+
+def test_text_the_child_captured_is_compared_with_the_reference_as_evidence():
+    """What the hook kept (refused text, the library's writing for the submission) is read like
+    the submission's files: a flag for the instructor, never a zero (the text did not run)."""
+    import re
+
+    from autograder.trusted.reference import captured_evidence
+
+    hexed = re.search(r'"([0-9a-f]{200,})"', (REDTEAM / "copy_print_self_exec.py").read_text())
+    pasted = bytes.fromhex(hexed.group(1)).decode()
+    found = captured_evidence([("refused: compiled at run time as '<string>'", pasted)])
+    assert set(found) == {"compute_entropy"} and found["compute_entropy"].share >= 0.9
+    assert found["compute_entropy"].threshold is None and not found["compute_entropy"].penalized
+    assert "in text compiled at run time" in found["compute_entropy"].holder
+    assert captured_evidence([("the helper module helper.py, served", pasted)]) == {}
+    assert captured_evidence([("refused: compiled at run time as '<string>'",
+                               HONEST_ENTROPY)]) == {}

@@ -16,7 +16,7 @@ import importlib
 import json
 import pkgutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autograder.trusted.similarity import containment, fingerprints, kgram_lines, kgrams, tokens
 from course.paths import ROOT
@@ -394,6 +394,17 @@ def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str]
         if copies == "zero" and evidence[name].penalized:
             refused.setdefault(name, evidence[name].penalty())
     return refused, evidence
+
+
+def captured_evidence(captured: list[tuple[str, str]]) -> dict[str, Evidence]:
+    """{graded function: evidence} from the text a stage child saw compiled at run time (refused,
+    or written by the library as the submission's line asked: `autograder.untrusted.provenance`),
+    read like a submission's files: a flag for the instructor, never a zero (it did not run)."""
+    texts = [text for origin, text in captured if not origin.startswith("the helper module")]
+    found = authorship(texts)[1] if texts else {}
+    return {name: replace(evidence, threshold=None,
+                          holder=f"{evidence.holder}, in text compiled at run time")
+            for name, evidence in found.items()}
 
 
 def copied_references(sources: list[str], copies: str = "flag") -> dict[str, str]:
