@@ -46,12 +46,12 @@ stage = STAGE_OF["compute_entropy"]
 config = {"submission": submission.to_request(), "device": "cpu", "stage": stage, "paths": [],
           "grading_reference": False, "course": course_sources(stage)}
 state, errors, unread, captured = worker.load(config)
-call = probes.handle(state, {"kind": "call", "function": "compute_entropy",
+call = probes.handle(state, {"kind": "call", "function": "compute_entropy", "count_given_head": True,
                              "kwargs": {"logits": torch.zeros(2, 3)}})
 report = vars(sys.modules["submission"]).get("REPORT")
 print(json.dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
                   "unread": unread, "errors": errors, "captured": captured, "report": report,
-                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict)},
+                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict, int)},
                   "tensor": type(call.get("output")) is torch.Tensor,
                   "probes": id(probes)}))
 """
@@ -340,3 +340,23 @@ def test_text_the_child_captured_is_compared_with_the_reference_as_evidence():
     assert captured_evidence([("the helper module helper.py, served", pasted)]) == {}
     assert captured_evidence([("refused: compiled at run time as '<string>'",
                                HONEST_ENTROPY)]) == {}
+
+
+@pytest.mark.parametrize("then, says", [
+    ("", None),
+    ("    sys.modules.pop('course.chunked_head')\n    import course.chunked_head\n",
+     "imported once while grading"),
+    ("    _compute_dtype.__kwdefaults__ = {'grader_audit_': print}\n",
+     "building or replacing a code object"),
+], ids=["counted", "imported again", "default rebound"])
+def test_calls_into_the_given_head_are_counted_where_the_submission_cannot_write(tmp_path, then,
+                                                                                 says):
+    loaded = _load(tmp_path, "import sys\nimport torch\n"
+                             "from course.chunked_head import _compute_dtype\n\n\n"
+                             "def compute_entropy(logits):\n    _compute_dtype(logits)\n"
+                             + then + "    return logits.sum(-1)\n")
+    if says is None:
+        assert loaded["call"]["given_head_calls"] >= 1, loaded["call"]
+    else:
+        assert loaded["call"]["status"] == "error" and says in loaded["call"]["message"], \
+            loaded["call"]

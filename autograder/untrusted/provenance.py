@@ -49,6 +49,8 @@ import warnings
 
 import torch
 
+from autograder.protocol.markers import GIVEN_HEAD_EVENT
+
 MAX_CAPTURED = 100  # source texts kept: they travel in the load report (wire.MAX_HEADER_BYTES)
 MAX_CAPTURED_CHARS = 2**19  # in all
 MAX_TEXT_CHARS = 2**15  # of one (wire.MAX_STRING cuts a longer string)
@@ -74,6 +76,7 @@ WHY = {  # what each refusal says: what was refused, so that an honest student k
     "frames": "frames are refused while grading (sys._getframe, inspect.currentframe, a "
               "traceback's tb_frame): they would reach the grader's own objects in this process",
     "ctypes": "ctypes is refused while grading: it reaches the grader's memory in this process",
+    "given": "the given chunked head (course.chunked_head) is imported once while grading",
 }
 
 
@@ -153,6 +156,7 @@ class Provenance:
         self.captured: list[tuple[str, str]] = []  # (origin, source text)
         self.generated: set[types.CodeType] = set()  # dataclass and namedtuple methods
         self._loading = [False]
+        self.given_calls = [0]  # calls into the given chunked head: only the hook adds to it
         self._captured_chars = 0
         for name, text in helpers.items():
             with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
@@ -181,12 +185,12 @@ class Provenance:
             self.captured.append((origin, text))
 
     # ---- the audit hook --------------------------------------------------------------------
-    def arm(self, roots: tuple[str, ...] = (), refuse_text: bool = True) -> None:
+    def arm(self, roots: tuple[str, ...] = (), refuse_text: bool = True, given=None) -> None:
         """Refuse from now on (before the submission's first line runs); `roots`: where the
         submission's own files lie on disk (an importable module's folder), imported as text;
         `refuse_text` False (`--allow-reference`, an instructor's check): text compiled at run
-        time is only captured."""
-        sys.addaudithook(_hook(self, tuple(roots), refuse_text))
+        time is only captured; `given`: the given head module's code, already run (`_hook`)."""
+        sys.addaudithook(_hook(self, tuple(roots), refuse_text, given))
         _freeze_builtins()
 
     # ---- judging a graded function ---------------------------------------------------------
@@ -267,12 +271,14 @@ class Provenance:
             and filename.startswith(LIBRARY_ROOTS + ("<frozen ",))
 
 
-def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool):
+def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool, given):
     """The audit hook: a closure over plain locals bound here, which raises RuntimeError on what
     it refuses. Nothing it runs looks a name up in a module or on a class (a submission that
     reached one could rebind it), nor calls a method of an object the submission made (its code
     would run while the hook is busy): type checks are `type(x) is`, text is copied with the
-    built-in types' own methods. `theirs`: the submission's folders (an importable module's)."""
+    built-in types' own methods. `theirs`: the submission's folders (an importable module's);
+    `given`: the code of the given chunked head's module, run once before the submission loads
+    (its functions raise GIVEN_HEAD_EVENT, counted in `given_calls`)."""
     compiled = _text_rule(provenance, LIBRARY_ROOTS + theirs, refuse_text)
     to_a_reader = _frame_rule(provenance.read, theirs)
     writers = _writers()
@@ -283,6 +289,7 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool):
     refused, frame_attributes, rebound = frozenset(REFUSED), frozenset(FRAME_ATTRIBUTES), \
         frozenset(REBOUND)
     startswith, as_str, type_of = str.startswith, str.__str__, type  # bound, as builtins are
+    given_calls = provenance.given_calls
 
     def nested(code, found: set) -> None:
         found.add(code)
@@ -291,12 +298,15 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool):
                 nested(constant, found)
 
     def decide(event: str, args: tuple, caller) -> str | None:
+        if event == GIVEN_HEAD_EVENT:
+            given_calls[0] += 1
+            return None
         if event == "compile":
             return compiled(args, caller)
         if event == "exec":
             if caller.f_code in writers and type_of(args[0]) is code_type:
                 nested(args[0], generated)
-            return None
+            return "given" if given is not None and args[0] is given else None
         if event in refused:
             return None if event == "gc.get_referents" and caller.f_code is inner else event
         if event == "sys._getframe":

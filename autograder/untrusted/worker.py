@@ -192,6 +192,7 @@ def load(config: dict):
     """The submission loaded, and what the grader needs to know of it: (state, errors, unread:
     {graded function: why its code is not the code the grader read}, captured: [(origin, source
     text)] that the library wrote for it, or that it tried to compile, or a helper it served)."""
+    from autograder.protocol.markers import GIVEN_HEAD
     from autograder.untrusted.probes import SubmissionState
 
     _stand_in_for_selfcheck()
@@ -211,7 +212,10 @@ def load(config: dict):
     allow_unread = bool(config.get("allow_unread"))  # --allow-reference
     unread_of = provenance.unread  # bound before the submission runs
     _refuse_signal_handlers()
-    provenance.arm(tuple(config.get("paths", [])), refuse_text=not allow_unread)
+    if GIVEN_HEAD in finder.codes:  # run before the submission: its functions' defaults bound
+        importlib.import_module(GIVEN_HEAD)
+    provenance.arm(tuple(config.get("paths", [])), refuse_text=not allow_unread,
+                   given=finder.codes.get(GIVEN_HEAD))
     _hide_grader()  # from here on the submission's code runs
     namespaces = _run_submission(submission, compiled, provenance, errors, config)
     functions, statuses, unread = _judge(submission, namespaces,
@@ -224,7 +228,8 @@ def load(config: dict):
     stand_in_for_stubs({n: f for n, f in functions.items()
                         if statuses[n] == "ok" and written(submission, n)}, namespaces)
     state = SubmissionState(functions, statuses, config["device"], counter,
-                            recheck=_rechecking(functions, None if allow_unread else unread_of))
+                            recheck=_rechecking(functions, None if allow_unread else unread_of),
+                            given_head_calls=provenance.given_calls)
     served = [m for f in sys.meta_path if isinstance(f, CodeFinder) and f.top_level
               for m in f.served]
     for name in provenance.helpers:
