@@ -1,4 +1,4 @@
-# attack: forgery - reach the probes through a frame no spelling rule names (a signal handler's frame argument, ctypes' PyThreadState_GetFrame, functools.cached_property(sys._getframe), which the standard library calls) and rewrite the autograd measurement, so token_entropy, which keeps its autograd graph, is reported as computed without autograd
+# attack: forgery - reach the probes through a frame no spelling rule names (a signal handler's frame argument, also through a fresh _signal module, ctypes' PyThreadState_GetFrame, functools.cached_property(sys._getframe), which the standard library calls) and rewrite the autograd measurement, so token_entropy, which keeps its autograd graph, is reported as computed without autograd
 # functions: get_response_log_probs
 # honest: 6
 # says: token_entropy requires grad
@@ -19,6 +19,15 @@ def _by_signal():
     signal.raise_signal(signal.SIGUSR1)
 
 
+def _by_fresh_signal_module():
+    import importlib.machinery
+    import importlib.util
+
+    fresh = importlib.util.module_from_spec(importlib.machinery.BuiltinImporter.find_spec("_signal"))
+    fresh.signal(signal.SIGUSR2, lambda signum, frame: FRAMES.append(frame))
+    signal.raise_signal(signal.SIGUSR2)
+
+
 def _by_ctypes():
     state, frame = ctypes.pythonapi.PyThreadState_Get, ctypes.pythonapi.PyThreadState_GetFrame
     state.restype, frame.restype, frame.argtypes = ctypes.c_void_p, ctypes.py_object, [ctypes.c_void_p]
@@ -37,7 +46,7 @@ def _by_cached_property():
 
 
 def _forge():
-    for route in (_by_signal, _by_ctypes, _by_cached_property):
+    for route in (_by_signal, _by_fresh_signal_module, _by_ctypes, _by_cached_property):
         try:
             route()
         except Exception:  # noqa: S110  (one refusal must not stop the others)
