@@ -207,7 +207,10 @@ def load(config: dict):
                      for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
         return SubmissionState(functions, statuses, config["device"], counter), [], {}, []
-    written = _written  # bound now: the submission's code runs in between
+    from course.registry import GRADED_FUNCTIONS
+    from course.submissions.implementations import stand_in_for_stubs  # bound before it runs
+
+    written = {name for name in GRADED_FUNCTIONS if _written(submission, name)}  # its text
     provenance, compiled, errors = _compile_submission(submission, finder.codes)
     allow_unread = bool(config.get("allow_unread"))  # --allow-reference
     unread_of = provenance.unread  # bound before the submission runs
@@ -220,15 +223,13 @@ def load(config: dict):
     namespaces = _run_submission(submission, compiled, provenance, errors, config)
     functions, statuses, unread = _judge(submission, namespaces,
                                          None if allow_unread else unread_of)
+    recheck = _rechecking(functions, None if allow_unread else unread_of)  # what was judged
     # a stage whose reference is a stub here (the stage under test and later ones, or one a
     # student edition has not revealed) runs on the submission's own version, where it has one
     # (not its unwritten release stub: then the stub's own message names the notebook to write)
-    from course.submissions.implementations import stand_in_for_stubs
-
     stand_in_for_stubs({n: f for n, f in functions.items()
-                        if statuses[n] == "ok" and written(submission, n)}, namespaces)
-    state = SubmissionState(functions, statuses, config["device"], counter,
-                            recheck=_rechecking(functions, None if allow_unread else unread_of),
+                        if statuses[n] == "ok" and n in written}, namespaces)
+    state = SubmissionState(functions, statuses, config["device"], counter, recheck=recheck,
                             given_head_calls=provenance.given_calls)
     served = [m for f in sys.meta_path if isinstance(f, CodeFinder) and f.top_level
               for m in f.served]
@@ -325,8 +326,10 @@ def _judge(submission: dict, namespaces: list[dict], unread_of) -> tuple[dict, d
 
 
 def _rechecking(functions: dict, unread_of):
-    """recheck(name): why graded `name` is not, right before a call, the code judged at load
-    (its `__code__` another, or code it reaches made since); None when it still is."""
+    """recheck(name): why graded `name` is not, right before a call, the function judged at load
+    (another object, its `__code__` another, or code it reaches made since); None when it still
+    is."""
+    functions = dict(functions)
     judged = {name: getattr(f, "__code__", None) for name, f in functions.items()}
 
     def recheck(name: str) -> str | None:
