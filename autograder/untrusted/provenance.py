@@ -70,7 +70,7 @@ LIBRARY_ROOTS = tuple(sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, GRAD
 COURSE = "<course>/"  # the file names of the `course` modules the grader sent
 WHY = {  # what each refusal says: what was refused, so that an honest student knows what to change
     "compile": "compile() of text that is not your submission's (exec, eval, compile of a "
-               "string) is refused while grading",
+               "string) is refused while grading: what it makes is not the code the grader read",
     "code": "building or replacing a code object (code.__new__, code.replace, marshal.loads, "
             "types.FunctionType of such code, setting __code__) is refused while grading",
     "frames": "frames are refused while grading (sys._getframe, inspect.currentframe, a "
