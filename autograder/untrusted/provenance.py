@@ -189,7 +189,7 @@ class Provenance:
         """Refuse from now on (before the submission's first line runs); `roots`: where the
         submission's own files lie on disk (an importable module's folder), imported as text;
         `refuse_text` False (`--allow-reference`, an instructor's check): text compiled at run
-        time is only captured; `given`: the given head module's code, already run (`_hook`)."""
+        time is only captured, and code unmarshalled is let be; `given`: the given head module's code, already run (`_hook`)."""
         sys.addaudithook(_hook(self, tuple(roots), refuse_text, given))
         _freeze_builtins()
 
@@ -315,8 +315,8 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool, gi
             return None if to_a_reader(caller, None) else "frames"
         if startswith(event, "ctypes."):
             return "ctypes"
-        if event == "code.__new__" or (event == "marshal.loads" and not startswith(
-                as_str(caller.f_code.co_filename), "<frozen")):
+        if event == "code.__new__" or (event == "marshal.loads" and refuse_text and not
+                                       startswith(as_str(caller.f_code.co_filename), "<frozen")):
             return "code"
         if event == "function.__new__":
             return None if args[0] in read or args[0] in generated else "code"
