@@ -189,7 +189,8 @@ class Provenance:
         """Refuse from now on (before the submission's first line runs); `roots`: where the
         submission's own files lie on disk (an importable module's folder), imported as text;
         `refuse_text` False (`--allow-reference`, an instructor's check): text compiled at run
-        time is only captured, and code unmarshalled is let be; `given`: the given head module's code, already run (`_hook`)."""
+        time is only captured, and code unmarshalled is let be; `given`: the given head
+        module's code, already run (`_hook`)."""
         sys.addaudithook(_hook(self, tuple(roots), refuse_text, given))
         _freeze_builtins()
 
