@@ -307,6 +307,14 @@ class RedTeam:
             assert header["says"] in everything, \
                 f"{entry.name}: {header['says']!r} not in {everything[:2000]}"
 
+    def test_no_reference_text_reaches_the_feedback(self, red_team):
+        """The course finder keeps code, not text: an error message a submission raises (which
+        the check's feedback shows the student) cannot carry an earlier stage's reference."""
+        graded = red_team["graded"]["refuse_reference_text_in_feedback.py"]
+        everything = " ".join(r["output"] for r in graded["results"].values())
+        assert graded["results"] and "def compute_group_normalized_rewards" not in everything, \
+            everything[:1000]
+
     def test_nothing_outlives_the_gradings(self, red_team):
         assert not red_team["leftovers"], red_team["leftovers"]
 

@@ -38,7 +38,7 @@ from autograder.trusted.core import (
     plain_problem,
 )
 from autograder.trusted.isolation import isolation_tier
-from autograder.trusted.reference import authorship, course_sources
+from autograder.trusted.reference import authorship, captured_evidence, course_sources
 from autograder.trusted.report import SIMILARITY_TITLE, similarity_lines
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
@@ -473,6 +473,9 @@ class Grader:
             if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair) \
                     and tuple(pair) not in self.captured:
                 self.captured.append(tuple(pair))
+        if self.captured and not self.allow_reference:  # evidence, read like its files
+            for name, found in captured_evidence(self.captured).items():
+                self.similar.setdefault(name, found)
 
     def _out_of_time_note(self) -> str:
         return (f"the whole grading ran past its time limit ({self.time_limit:g} s, "
