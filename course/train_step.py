@@ -189,7 +189,7 @@ def grpo_loss_per_token(
     (b, T), and its metadata. log π and log π_old are selected by the mask BEFORE the
     ratio's exp, as `compute_grpo_loss` asks of its caller (it takes no mask)."""
     config, mask = terms.grpo_loss, micro["response_mask"].bool()  # (b, T)
-    if hasattr(config, "per_token_loss"):  # a FrontierLoss (course.frontier_loss)
+    if hasattr(config, "per_token_loss"):  # a FrontierLoss (course.frontier.loss)
         ref = _reference_log_probs(micro, terms) if config.beta > 0 else None
         return config.per_token_loss(micro, log_probs, old, weights, ref)
     new = torch.where(mask, log_probs, 0)

@@ -15,7 +15,7 @@ NORMALIZERS = ("std", "mean", "none")
 PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
 GRPO_LOSS_FNS = ("dapo", "cispo")  # stage 5's open-instruct losses: `course.off_policy.compute_grpo_loss`
 # what `python -m course.train --pg-method` trains with: stage 4's losses, and DAPO from stage 5
-# the 2025–26 losses of `course.frontier_loss.FrontierLoss` (ungraded): its `method`s, and the ones
+# the 2025–26 losses of `course.frontier.loss.FrontierLoss` (ungraded): its `method`s, and the ones
 # `python -m course.train --pg-method` adds (ppo and cispo there are grpo's and cispo's options)
 FRONTIER_METHODS = ("ppo", "cispo", "sapo", "gmpo", "dppo")
 FRONTIER_PG_METHODS = ("sapo", "gmpo", "dppo")

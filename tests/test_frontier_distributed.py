@@ -14,7 +14,7 @@ from ranks import ddp_update, gloo_rank, rank_share, run_ranks
 from test_frontier_train_step import extras, naive_update
 from test_train_step_grpo_loss import normalization
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 from course.loop.models import build_tiny_model_and_tokenizer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

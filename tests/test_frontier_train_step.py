@@ -17,7 +17,7 @@ from naive import (
 )
 from test_train_step_grpo_loss import normalization, sgd_step
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

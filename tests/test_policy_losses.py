@@ -1,4 +1,4 @@
-"""The 2025–26 losses and masks (`course.policy_losses`, `course.trust_region`, `course.frontier_loss`)
+"""The 2025–26 losses and masks (`course.frontier.policy_losses`, `course.frontier.trust_region`, `course.frontier.loss`)
 on numbers worked by hand, each beside the wrong version it exists to catch."""
 
 import math
@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 from course.losses import compute_policy_gradient_loss
-from course.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
-from course.trust_region import dppo_loss, outlier_mask, sequence_log_ratio, trust_region_mask
+from course.frontier.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
+from course.frontier.trust_region import dppo_loss, outlier_mask, sequence_log_ratio, trust_region_mask
 
 D = torch.float64
 

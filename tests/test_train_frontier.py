@@ -1,5 +1,5 @@
-"""`python -m course.train` with the losses of 2025–26 (`course.frontier_loss`) and MaxRL's guard
-(`course.maxrl`): each option trains a couple of steps, reaches the loss it names, and a bad value
+"""`python -m course.train` with the losses of 2025–26 (`course.frontier.loss`) and MaxRL's guard
+(`course.frontier.maxrl`): each option trains a couple of steps, reaches the loss it names, and a bad value
 is a usage error naming its flag; two gloo ranks make the single-process run's updates."""
 
 import os
@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 from course.loop.plotting import read_metrics
 from course.loop.train import TrainConfig, advantage_arguments, loss_arguments, train
 from course.train import main

@@ -2,17 +2,17 @@
 
 `grpo_train_step` takes its loss three ways: stage 4's `pg_method` with `cliprange` and the KL
 penalty, stage 5's `GRPOLossConfig` (dapo, cispo: open-instruct's loss, Yu et al. 2025, arXiv
-2503.14476; MiniMax 2025, arXiv 2506.13585), or a `FrontierLoss` (`course.frontier_loss`: SAPO,
+2503.14476; MiniMax 2025, arXiv 2506.13585), or a `FrontierLoss` (`course.frontier.loss`: SAPO,
 GMPO, DPPO, the dual clip, floored CISPO, the ratio against the sampler, the outlier mask), both
 through its `grpo_loss` argument. Its advantages take the baseline and normalizer as given, but for
-MaxRL (arXiv 2602.02710), whose groups of one `course.maxrl` guards.
+MaxRL (arXiv 2602.02710), whose groups of one `course.frontier.maxrl` guards.
 """
 
 from __future__ import annotations
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
+from course.frontier.maxrl import maxrl_train_arguments
 from course.loop.train_config import TrainConfig, frontier_field
-from course.maxrl import maxrl_train_arguments
 from course.off_policy import GRPOLossConfig
 from course.variants import GRPO_LOSS_FNS
 
@@ -34,7 +34,7 @@ def loss_arguments(config: TrainConfig) -> dict:
 
 
 def frontier_loss(config: TrainConfig) -> FrontierLoss:
-    """The FrontierLoss (`course.frontier_loss`) of `config`: grpo and dapo are its ppo (with the dual
+    """The FrontierLoss (`course.frontier.loss`) of `config`: grpo and dapo are its ppo (with the dual
     clip), dppo takes prime-rl's τ = 1e-3 of its squared log-ratio, the others their names."""
     method = {"grpo": "ppo", "dapo": "ppo"}.get(config.pg_method, config.pg_method)
     dppo = method == "dppo"
@@ -49,7 +49,7 @@ def frontier_loss(config: TrainConfig) -> FrontierLoss:
 
 def advantage_arguments(config: TrainConfig) -> dict:
     """The train step's baseline and normalizer: MaxRL (mean baseline, mean normalizer) guarded for a
-    group of one as `course.maxrl` says (A = r); the others as given."""
+    group of one as `course.frontier.maxrl` says (A = r); the others as given."""
     if (config.baseline, config.advantage_normalizer) == ("mean", "mean"):
         return maxrl_train_arguments(config.group_size)
     return {"baseline": config.baseline, "advantage_normalizer": config.advantage_normalizer}

@@ -31,9 +31,9 @@ A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.model
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
 problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.loop.filters`),
 `--overlong filter|soft`, `--is-level`/`--is-mode` (`course.loop.importance`), `--entropy-coef`
-(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26 (`course.frontier_loss`):
+(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26 (`course.frontier.loss`):
 `--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`, `--ratio-against sampler`,
-`--outlier-low/--outlier-high`; MaxRL's guard (`course.maxrl`) with `--advantage-normalizer mean`.
+`--outlier-low/--outlier-high`; MaxRL's guard (`course.frontier.maxrl`) with `--advantage-normalizer mean`.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 from course.distributed import rank_and_world_size
+from course.frontier.maxrl import refuse_negative_rewards
 from course.loop.entropy_bonus import train_step_with_entropy_bonus
 from course.loop.filters import (
     informative_groups,
@@ -90,7 +91,6 @@ from course.loop.train_config import (  # re-exported: `from course.loop.train i
     temperature_problem,
     validate,
 )
-from course.maxrl import refuse_negative_rewards
 from course.metrics import compare_logprobs
 from course.off_policy import estimate_kl
 from course.submissions.implementations import Implementations

@@ -78,7 +78,7 @@ class TrainConfig:
     """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo (stage 4's
     compute_policy_gradient_loss), dapo, cispo (stage 5's compute_grpo_loss, open-instruct's), or
     sapo (soft gate, arXiv 2511.20347), gmpo (clipped geometric mean, arXiv 2507.20673), dppo
-    (probability trust region, arXiv 2602.04879; prime-rl's default), from course.frontier_loss."""
+    (probability trust region, arXiv 2602.04879; prime-rl's default), from course.frontier.loss."""
     cliprange: float = 0.2
     """ε of the clipped losses (grpo, gspo); ε_low of dapo, clipping the ratio below at 1 − ε; gmpo's
     bound in log space, log r ≥ −ε (the GMPO paper uses 0.4)."""
@@ -278,7 +278,7 @@ def validate(config: TrainConfig, world_size: int) -> None:
 
 
 def frontier_problems(config: TrainConfig) -> None:
-    """Raise ConfigError naming the first option of course.frontier_loss that cannot run with the rest."""
+    """Raise ConfigError naming the first option of course.frontier.loss that cannot run with the rest."""
     method = config.pg_method
     if config.dual_clip and not config.dual_clip > 1:
         raise ConfigError("dual_clip", f"must be 0 (off) or above 1, got {config.dual_clip}")
@@ -301,11 +301,11 @@ def frontier_problems(config: TrainConfig) -> None:
                           "filter replaces by its weights")
     if config.advantage_normalizer == "mean" and config.overlong == "soft":
         raise ConfigError("advantage_normalizer", "mean (MaxRL) needs rewards >= 0, and --overlong soft "
-                          "penalizes below 0 (course.maxrl)")
+                          "penalizes below 0 (course.frontier.maxrl)")
 
 
 def frontier_field(config: TrainConfig) -> str | None:
-    """The first field of `config` that trains with course.frontier_loss's FrontierLoss (None: none does)."""
+    """The first field of `config` that trains with course.frontier.loss's FrontierLoss (None: none does)."""
     if config.pg_method in FRONTIER_PG_METHODS:
         return "pg_method"
     for name, off in (("dual_clip", 0.0), ("cispo_floor", False), ("ratio_against", "old"),
@@ -327,7 +327,7 @@ def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
                                                                           "co_names", ()):
         return None
     value = getattr(config, field)
-    return (f"{value} trains with course.frontier_loss's FrontierLoss, which needs a grpo_train_step whose "
+    return (f"{value} trains with course.frontier.loss's FrontierLoss, which needs a grpo_train_step whose "
             "grpo_loss may be an object with per_token_loss; the grpo_train_step of your notebooks takes "
             "stage 5's GRPOLossConfig only (see 07_train_step)")
 

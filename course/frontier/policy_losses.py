@@ -16,7 +16,7 @@ With r_t = π(o_t)/π_b(o_t) = exp(log π − sg(log π_b)), π_b the policy the
 Sources: verl `verl/trainer/ppo/core_algos.py` (0.8.0.dev, commit b178a3c, 2026-01-29); TRL
 `trl/trainer/grpo_trainer.py`, `trl/experimental/gmpo/gmpo_trainer.py` (1.10.0.dev0, f2cd577).
 The trust-region and outlier masks, the ratio against the sampler, and `FrontierLoss` itself are
-`course.trust_region`'s. Shapes: B sequences × T positions; advantages (B,) or (B, 1).
+`course.frontier.trust_region`'s. Shapes: B sequences × T positions; advantages (B,) or (B, 1).
 Every input is masked BEFORE any nonlinearity (exp, clamp, sigmoid): a masked inf or nan selected
 away only afterwards leaves the value finite but makes the gradient nan (0·∞ in backward).
 """

@@ -2,11 +2,11 @@
 `grpo_loss` (duck typing: an object with `per_token_loss`). Ungraded.
 
     ℓ_t = keep_t · w_t · pg_t + β · kl_t
-pg is `method`'s loss (`course.policy_losses`, `course.trust_region.dppo_loss`) with the ratio
+pg is `method`'s loss (`course.frontier.policy_losses`, `course.frontier.trust_region.dppo_loss`) with the ratio
 r = π/π_b against π_b = π_old (`ratio_against="old"`, PPO's) or the sampler μ ("sampler": prime-rl's
 and SkyRL's `cispo_anchor="rollout"`, SkyRL PR #1859, 2026-07-01); w the train step's truncated
 importance weights min(π_old/μ, cap) (only against π_old: against μ the ratio holds that
-correction already); keep the optional outlier mask (`course.trust_region.outlier_mask`);
+correction already); keep the optional outlier mask (`course.frontier.trust_region.outlier_mask`);
 kl = `estimate_kl` of π against π_ref. Every term is per token, so the train step's normalization
 keeps the update exact under any micro-batching and over data-parallel ranks.
 
@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course.off_policy import estimate_kl
-from course.policy_losses import (
+from course.frontier.policy_losses import (
     dual_clip_loss,
     floored_cispo_loss,
     gmpo_log_ratio,
@@ -31,7 +30,8 @@ from course.policy_losses import (
     masked_inputs,
     sapo_loss,
 )
-from course.trust_region import dppo_loss, outlier_mask, trust_region_mask
+from course.frontier.trust_region import dppo_loss, outlier_mask, trust_region_mask
+from course.off_policy import estimate_kl
 from course.variants import FRONTIER_METHODS, KL_ESTIMATORS, RATIO_AGAINST
 
 
