@@ -401,7 +401,7 @@ def test_prime_rl_dppo_default():
     course = dppo_loss(new, sampler, adv, None, 0.2, 0.2, 1e-3)
     kl = 1e-3 * math.log(2) ** 2
     assert close(course[0, 0], kl) and close(course[1, 0], 2.0 + kl)
-    assert FrontierLoss("dppo", trust_region=0.2, ratio_kl=1e-3, ratio_against="sampler").method == "dppo"
+    assert FrontierLoss("dppo", trust_region=0.2, ratio_kl=1e-3, ratio_against="sampler").loss_fn == "dppo"
 
 
 def test_prime_rl_maxrl():
@@ -420,7 +420,7 @@ def test_skyrl_cispo_anchor():
     micro = {"advantages": torch.tensor([1.0], dtype=D), "response_mask": torch.ones(1, 1),
              "sampler_log_probs": torch.log(torch.tensor([[0.4]], dtype=D))}
     for against, weight in (("old", 1.0), ("sampler", 1.2)):
-        config = FrontierLoss("cispo", clip_low=0.2, clip_high=0.2, cispo_floor=False, ratio_against=against)
+        config = FrontierLoss("cispo", clip_lower=0.2, clip_higher=0.2, cispo_floor=False, ratio_against=against)
         loss, _ = config.per_token_loss(micro, logp, logp.clone(), None, None)
         assert close(loss[0, 0], -weight * math.log(0.6))
 

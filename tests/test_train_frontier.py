@@ -25,16 +25,16 @@ def tiny(**overrides) -> TrainConfig:
 
 # (flags as TrainConfig fields, the FrontierLoss fields they must set)
 OPTIONS = {
-    "sapo": (dict(pg_method="sapo", sapo_tau_neg=1.2), dict(method="sapo", tau_neg=1.2)),
+    "sapo": (dict(pg_method="sapo", sapo_tau_neg=1.2), dict(loss_fn="sapo", tau_neg=1.2)),
     "gmpo": (dict(pg_method="gmpo", cliprange=0.4, clip_higher=0.3),
-             dict(method="gmpo", clip_low=0.4, clip_high=0.3)),
+             dict(loss_fn="gmpo", clip_lower=0.4, clip_higher=0.3)),
     "dppo": (dict(pg_method="dppo", trust_region=0.1),
-             dict(method="dppo", trust_region=0.1, ratio_kl=1e-3)),
+             dict(loss_fn="dppo", trust_region=0.1, ratio_kl=1e-3)),
     "dual-clip": (dict(pg_method="dapo", dual_clip=3.0, clip_higher=0.28, updates_per_rollout=2),
-                  dict(method="ppo", dual_clip=3.0, clip_high=0.28)),
-    "cispo-floor": (dict(pg_method="cispo", cispo_floor=True), dict(method="cispo", cispo_floor=True)),
+                  dict(loss_fn="dapo", dual_clip=3.0, clip_higher=0.28)),
+    "cispo-floor": (dict(pg_method="cispo", cispo_floor=True), dict(loss_fn="cispo", cispo_floor=True)),
     "sampler": (dict(pg_method="grpo", ratio_against="sampler", sampler_dtype="bfloat16"),
-                dict(method="ppo", ratio_against="sampler")),
+                dict(loss_fn="dapo", ratio_against="sampler")),
     "outlier": (dict(pg_method="sapo", outlier_low=0.5, outlier_high=2.0, updates_per_rollout=2),
                 dict(outlier_low=0.5, outlier_high=2.0)),
 }

@@ -317,8 +317,8 @@ def frontier_field(config: TrainConfig) -> str | None:
 
 def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
     """Why `train_step` cannot train with the FrontierLoss that `config` asks for (None when it can, or
-    when none is asked for): its grpo_loss must take an object with `per_token_loss`, as the reference's
-    helper `grpo_loss_per_token` does."""
+    when none is asked for): its grpo_loss must take a `PerTokenLoss` (`course.train_step`), whose
+    `per_token_loss` the reference's helper `grpo_loss_per_token` calls."""
     field = frontier_field(config)
     if field is None:
         return None
@@ -328,7 +328,7 @@ def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
         return None
     value = getattr(config, field)
     return (f"{value} trains with course.frontier.loss's FrontierLoss, which needs a grpo_train_step whose "
-            "grpo_loss may be an object with per_token_loss; the grpo_train_step of your notebooks takes "
+            "grpo_loss may be a PerTokenLoss; the grpo_train_step of your notebooks takes "
             "stage 5's GRPOLossConfig only (see 07_train_step)")
 
 
