@@ -21,8 +21,6 @@ RATIO_AGAINST = ("old", "sampler")  # what r = π/π_b is taken against: π_old 
 # what `python -m course.train --pg-method` trains with: stage 4's, stage 5's dapo, notebook 10's
 RUN_PG_METHODS = PG_METHODS + ("dapo",) + FRONTIER_PG_METHODS
 KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `off_policy.estimate_kl`
-# the numbers the release before named them by: `--kl-estimator 2` still means k3, for one release
-KL_ESTIMATOR_NUMBERS = dict(zip(("0", "1", "2", "3"), KL_ESTIMATORS))
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
 IS_LEVELS = ("token", "sequence", "geometric")  # see `course.loop.importance.importance_weights`
 IS_MODES = ("truncate", "mask")

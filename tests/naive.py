@@ -17,6 +17,9 @@ import math
 
 import torch
 
+# open-instruct's `kl_estimator` 0..3 (open_instruct/grpo_utils.py, e6c3044), by the course's names
+OPEN_INSTRUCT_KL_ESTIMATORS = {"0": "k1", "1": "k2", "2": "k3", "3": "ratio_k1"}
+
 # ----------------------------------------------------------------------------- tokenization
 
 

@@ -13,23 +13,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from naive import OPEN_INSTRUCT_KL_ESTIMATORS as KL_ESTIMATOR_NUMBERS
 
 from course.advantages import compute_group_normalized_rewards
 from course.aggregation import aggregate_loss_across_microbatch, calculate_loss_and_backward
 from course.frontier.loss import FrontierLoss
+from course.frontier.maxrl import maxrl_advantages
+from course.frontier.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
+from course.frontier.trust_region import dppo_loss, outlier_mask, sequence_log_ratio
 from course.loop.filters import informative_groups
 from course.loop.importance import importance_weights
 from course.losses import compute_policy_gradient_loss
-from course.frontier.maxrl import maxrl_advantages
 from course.off_policy import (
     GRPOLossConfig,
     compute_grpo_loss,
     estimate_kl,
     truncated_importance_weights,
 )
-from course.frontier.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
-from course.frontier.trust_region import dppo_loss, outlier_mask, sequence_log_ratio
-from course.variants import KL_ESTIMATOR_NUMBERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
 TOL = 1e-12

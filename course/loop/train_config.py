@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from course.variants import (
     GRPO_LOSS_FNS,
     IS_LEVELS,
     IS_MODES,
-    KL_ESTIMATOR_NUMBERS,
     KL_ESTIMATORS,
     LOSS_NORMALIZATIONS,
     MODEL_DTYPES,
@@ -357,17 +355,5 @@ def grpo_loss_problem(train_step, pg_method: str) -> str | None:
 def flag_types(config_class=TrainConfig) -> dict:
     """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
     return {**bounded_types(config_class, BOUNDS), "device": flag_type(str, device_problem),
-            "checkpoint": flag_type(str, checkpoint_problem), "kl_estimator": kl_estimator_flag}
+            "checkpoint": flag_type(str, checkpoint_problem)}
 
-
-# flags renamed since the release before, still accepted for one release (`course.cli`)
-FLAG_ALIASES = {"pg_method": ("--loss",)}
-
-
-def kl_estimator_flag(text: str) -> str:
-    """`--kl-estimator`: a name of KL_ESTIMATORS, or the number the release before used for it."""
-    if text in KL_ESTIMATOR_NUMBERS:
-        print(f"--kl-estimator {text} is now --kl-estimator {KL_ESTIMATOR_NUMBERS[text]}; the numbers "
-              "go in the next release", file=sys.stderr)
-        return KL_ESTIMATOR_NUMBERS[text]
-    return text
