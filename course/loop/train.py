@@ -45,7 +45,8 @@ import os
 import platform
 import random
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -231,14 +232,30 @@ def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: Train
     return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)
 
 
-def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
-          implementations: Implementations | None = None, task: Task | None = None) -> dict:
-    """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
-    `implementations`: whose graded functions take the optimizer step (default: the reference's).
-    `task`: what to train on instead of `config.task`'s (its `reward` trains, its `answer_reward`
-    is the held-out accuracy; `course.lab.failure_runs` passes a reward with a loophole)."""
+@dataclass
+class Run:
+    """What the steps of one run share: the models, the optimizer, the task and the train step."""
+
+    config: TrainConfig
+    train_step: Callable
+    policy: torch.nn.Module
+    tokenizer: object
+    task: Task
+    reward_fn: Callable
+    reference: torch.nn.Module | None  # π_ref: the starting policy, frozen
+    sampler: torch.nn.Module  # the policy, or its bf16 copy (--sampler-dtype)
+    model: torch.nn.Module  # the policy, in DistributedDataParallel under torchrun
+    optimizer: torch.optim.Optimizer
+    rescore: bool  # the sampler's log-probs are not π_old's: score the batch again
+    rank: int
+    world_size: int
+
+
+def checked_train_step(config: TrainConfig, implementations: Implementations | None,
+                       world_size: int) -> Callable:
+    """The train step that takes the optimizer steps (the learner's, or the reference's), once
+    `config` and what that step can train with are checked (ConfigError); with the entropy bonus."""
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
-    rank, world_size = rank_and_world_size()
     validate(config, world_size)
     if problem := temperature_problem(train_step):
         raise ConfigError("temperature", problem)
@@ -249,41 +266,59 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     if config.entropy_coef:
         train_step = functools.partial(train_step_with_entropy_bonus, train_step,
                                        entropy_coef=config.entropy_coef)
+    return train_step
+
+
+def start_run(config: TrainConfig, train_step: Callable, task: Task | None) -> Run:
+    """Seed torch, load the policy and its task, copy the reference and the sampler, and build
+    the optimizer (of the LoRA adapters only, with LoRA)."""
+    rank, world_size = rank_and_world_size()
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    start = time.time()
     policy, tokenizer = load_policy(config)
     policy.to(resolve_device(config.device))
     task = load_task(config, tokenizer) if task is None else task
     reward_fn = task.reward_fn
     if config.overlong == "soft":
-        reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens, config.overlong_buffer)
+        reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens,
+                                               config.overlong_buffer)
     if config.advantage_normalizer == "mean":  # MaxRL: rewards below 0 are refused as they come
         reward_fn = refuse_negative_rewards(reward_fn)
     # the tiny model always keeps its starting point (the KL panel); a real one only for the KL penalty
     needs_reference = config.kl_beta > 0 or not config.model
     reference = copy.deepcopy(policy).eval().requires_grad_(False) if needs_reference else None
     separate_sampler = config.sampler_dtype != "float32"
-    rescore = separate_sampler or bool(config.model)
     sampler = copy.deepcopy(policy).to(torch.bfloat16).eval() if separate_sampler else policy
     model = torch.nn.parallel.DistributedDataParallel(policy) if world_size > 1 else policy
     trained = [p for p in policy.parameters() if p.requires_grad]  # LoRA: the adapters only
     optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
+    return Run(config, train_step, policy, tokenizer, task, reward_fn, reference, sampler, model,
+               optimizer, separate_sampler or bool(config.model), rank, world_size)
 
+
+def problem_pool(config: TrainConfig, task: Task) -> list:
+    """The training problems in the run's order (ConfigError when a step would need more)."""
     train_problems = list(task.problems("train"))
     if len(train_problems) < config.prompts_per_step:
         raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must be at most the "
                           f"{len(train_problems)} training problems of --task {config.task}")
-    pool = random.Random(config.seed).sample(train_problems, len(train_problems))
-    problem_rng = random.Random(config.seed)
-    per_rank = config.prompts_per_step // world_size
-    constant = (config.normalization_constant or config.prompts_per_step * config.group_size
-                * config.max_new_tokens) if config.normalization == "constant" else None
-    needs_old = config.pg_method != "none"
+    return random.Random(config.seed).sample(train_problems, len(train_problems))
 
+
+def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
+          implementations: Implementations | None = None, task: Task | None = None) -> dict:
+    """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
+    `implementations`: whose graded functions take the optimizer step (default: the reference's).
+    `task`: what to train on instead of `config.task`'s (its `reward` trains, its `answer_reward`
+    is the held-out accuracy; `course.lab.failure_runs` passes a reward with a loophole)."""
+    train_step = checked_train_step(config, implementations, rank_and_world_size()[1])
+    start = time.time()
+    run = start_run(config, train_step, task)
+    pool, problem_rng = problem_pool(config, run.task), random.Random(config.seed)
+    rank = run.rank
     records: list[dict] = []
-    before = held_out_accuracy(policy, tokenizer, config, task) if rank == 0 else {}
+    before = held_out_accuracy(run.policy, run.tokenizer, config, run.task) if rank == 0 else {}
     metrics_file = None
     if out is not None and rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -294,96 +329,128 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                        enabled=progress and rank == 0)
     try:
         for step in bar:
-            step_start = time.time()
-            problems = problem_rng.sample(pool, config.prompts_per_step)[rank * per_rank:(rank + 1) * per_rank]
-            if separate_sampler:
-                sampler.load_state_dict(policy.state_dict())
-            policy.eval()
-            rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
-                                     first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
-                                     temperature=config.temperature, task=task)
-            kept_groups, signal = None, group_signal(rollouts, reward_fn, config)
-            groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
-            if config.dynamic_sampling:
-                rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
-                if kept_groups < world_size:  # too few groups left for every rank: no update this step
-                    if rank == 0:
-                        records.append({"step": step, "kept_groups": kept_groups, "skipped_update": 1.0})
-                    continue
-            log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config, rescore)
-            policy.train()
-            for _ in range(config.updates_per_rollout):
-                _, metadata = train_step(
-                    model, tokenizer, optimizer, min(config.gradient_accumulation_steps, len(rollouts)),
-                    config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
-                    rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
-                    **advantage_arguments(config),
-                    old_log_probs=log_probs["old_log_probs"] if needs_old else None,
-                    loss_normalization=config.normalization, normalization_constant=constant,
-                    **loss_arguments(config),
-                    ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
-                    sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
-                    temperature=config.temperature,
-                )
-            # The train step's statistics are per rank for rewards (equal row counts: mean of means).
-            # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
-            rows = float(len(rollouts)) * world_size / (config.prompts_per_step * config.group_size
-                                                        if kept_groups is None else kept_groups * config.group_size)
-            rewards = _reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
-            seconds = time.time() - step_start
-            generated_tokens = stats.pop("generated_tokens")
-            if kept_groups is not None:
-                stats["kept_groups"] = kept_groups
-            stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
-            record = {"step": step, **stats, **rewards,
-                      "token_entropy": float(metadata["token_entropy"]),
-                      **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
-                      "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
-                      "gradient_norm": float(metadata["gradient_norm"]),
-                      "loss": float(metadata["loss"]),
-                      "tokens_per_second": generated_tokens / seconds,
-                      "step_seconds": seconds}
-            if rank == 0 and config.eval_every and step % config.eval_every == 0 and step < config.steps:
-                record.update(held_out_accuracy(policy, tokenizer, config, task))
-            if rank == 0:
-                records.append(record)
-                if metrics_file:
-                    metrics_file.write(json.dumps(record) + "\n")
-                    metrics_file.flush()
-                bar.set_postfix(reward=f"{record['reward_mean']:.2f}", entropy=f"{record['token_entropy']:.2f}")
+            record = rollout_and_update(run, step, problem_rng.sample(pool, config.prompts_per_step))
+            if rank != 0:
+                continue
+            records.append(record)
+            if "skipped_update" in record:
+                continue
+            if config.eval_every and step % config.eval_every == 0 and step < config.steps:
+                record.update(held_out_accuracy(run.policy, run.tokenizer, config, run.task))
+            if metrics_file:
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+            bar.set_postfix(reward=f"{record['reward_mean']:.2f}",
+                            entropy=f"{record['token_entropy']:.2f}")
     except KeyboardInterrupt:  # Ctrl-C: stop at once, and say what was done (`result_text`)
         if metrics_file:
             metrics_file.close()
         return {"interrupted": True, "steps_done": len(records), "steps": config.steps,
                 "wall_seconds": time.time() - start} if rank == 0 else {}
+    if rank != 0:
+        return {}
+    if metrics_file:
+        metrics_file.close()
+    return finish_run(run, records, before, start, out, implementations)
 
-    summary = {}
-    if rank == 0:
-        after = held_out_accuracy(policy, tokenizer, config, task)
+
+def rollout_and_update(run: Run, step: int, drawn: list) -> dict:
+    """One step: sample this rank's share of the `drawn` problems, score them, take the
+    optimizer steps; the step's record (`{"skipped_update": 1.0, ...}` when dynamic sampling
+    left too few groups for every rank)."""
+    config, rank, world_size = run.config, run.rank, run.world_size
+    step_start = time.time()
+    per_rank = config.prompts_per_step // world_size
+    problems = drawn[rank * per_rank:(rank + 1) * per_rank]
+    if run.sampler is not run.policy:
+        run.sampler.load_state_dict(run.policy.state_dict())
+    run.policy.eval()
+    rollouts = sample_groups(run.sampler, run.tokenizer, problems, config.group_size, config.seed,
+                             step, first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
+                             temperature=config.temperature, task=run.task)
+    kept_groups, signal = None, group_signal(rollouts, run.reward_fn, config)
+    groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
+    if config.dynamic_sampling:
+        rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
+        if kept_groups < world_size:  # too few groups left for every rank: no update this step
+            return {"step": step, "kept_groups": kept_groups, "skipped_update": 1.0}
+    log_probs, stats = rollout_log_probs(run.policy, run.reference, run.tokenizer, rollouts, config,
+                                         run.rescore)
+    run.policy.train()
+    metadata = update(run, rollouts, log_probs)
+    # The train step's statistics are per rank for rewards (equal row counts: mean of means).
+    # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
+    groups = config.prompts_per_step if kept_groups is None else kept_groups
+    rows = float(len(rollouts)) * world_size / (groups * config.group_size)
+    rewards = _reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
+    seconds = time.time() - step_start
+    generated_tokens = stats.pop("generated_tokens")
+    if kept_groups is not None:
+        stats["kept_groups"] = kept_groups
+    stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
+    return {"step": step, **stats, **rewards,
+            "token_entropy": float(metadata["token_entropy"]),
+            **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
+            "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
+            "gradient_norm": float(metadata["gradient_norm"]),
+            "loss": float(metadata["loss"]),
+            "tokens_per_second": generated_tokens / seconds,
+            "step_seconds": seconds}
+
+
+def update(run: Run, rollouts: RolloutBatch, log_probs: dict) -> dict:
+    """`updates_per_rollout` optimizer steps of the train step on one rollout batch; the last
+    step's metadata."""
+    config = run.config
+    constant = (config.normalization_constant or config.prompts_per_step * config.group_size
+                * config.max_new_tokens) if config.normalization == "constant" else None
+    needs_old = config.pg_method != "none"
+    for _ in range(config.updates_per_rollout):
+        _, metadata = run.train_step(
+            run.model, run.tokenizer, run.optimizer,
+            min(config.gradient_accumulation_steps, len(rollouts)),
+            config.max_grad_norm or None, run.reward_fn, rollouts.repeated_prompts,
+            rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
+            **advantage_arguments(config),
+            old_log_probs=log_probs["old_log_probs"] if needs_old else None,
+            loss_normalization=config.normalization, normalization_constant=constant,
+            **loss_arguments(config),
+            ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
+            sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+            temperature=config.temperature,
+        )
+    return metadata
+
+
+def finish_run(run: Run, records: list[dict], before: dict, start: float, out: Path | None,
+               implementations: Implementations | None) -> dict:
+    """Rank 0 after the last step: the final evaluation, the summary, and (with `out`) the
+    metrics, summary, curves and weights written."""
+    config = run.config
+    after = held_out_accuracy(run.policy, run.tokenizer, config, run.task)
+    if records:
+        records[-1].update(after)
+    summary = {
+        "accuracy_before": before["heldout_accuracy_sampled"],
+        "accuracy_after": after["heldout_accuracy_sampled"],
+        "greedy_accuracy_before": before["heldout_accuracy_greedy"],
+        "greedy_accuracy_after": after["heldout_accuracy_greedy"],
+        "format_before": before["heldout_format_sampled"],
+        "format_after": after["heldout_format_sampled"],
+        "wall_seconds": time.time() - start,
+        "world_size": run.world_size,
+        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
+                   f"torch {torch.__version__}, {torch.get_num_threads()} threads/process",
+        "config": asdict(config),
+        "implementations": implementations.origins if implementations else "reference",
+    }
+    if out is not None:
         if records:
-            records[-1].update(after)
-        summary = {
-            "accuracy_before": before["heldout_accuracy_sampled"],
-            "accuracy_after": after["heldout_accuracy_sampled"],
-            "greedy_accuracy_before": before["heldout_accuracy_greedy"],
-            "greedy_accuracy_after": after["heldout_accuracy_greedy"],
-            "format_before": before["heldout_format_sampled"],
-            "format_after": after["heldout_format_sampled"],
-            "wall_seconds": time.time() - start,
-            "world_size": world_size,
-            "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
-                       f"torch {torch.__version__}, {torch.get_num_threads()} threads/process",
-            "config": asdict(config),
-            "implementations": implementations.origins if implementations else "reference",
-        }
-        if out is not None:
-            metrics_file.close()
-            if records:
-                # rewrite so that the last record carries the final evaluation too
-                (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-            (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-            plot_training_curves(records, before, out / "training_curves.png")
-            torch.save({k: v.cpu() for k, v in policy.state_dict().items()}, out / "policy.pt")
+            # rewrite so that the last record carries the final evaluation too
+            (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        plot_training_curves(records, before, out / "training_curves.png")
+        torch.save({k: v.cpu() for k, v in run.policy.state_dict().items()}, out / "policy.pt")
     return summary
 
 
