@@ -49,9 +49,25 @@ def compute_policy_gradient_loss(
     Advantages (B,) or (B, 1); policy_log_probs, old_log_probs, response_mask (B, T).
     """
     method = pg_method
-    log_probs, advantages, mask = _checked_inputs(
-        raw_rewards_or_advantages, policy_log_probs, method, response_mask
-    )  # (B, T), (B, 1), (B, T) bool
+    if method not in PG_METHODS:
+        raise ValueError(f"pg_method must be one of {PG_METHODS}, got {method!r}")
+    if policy_log_probs.ndim != 2:
+        raise ValueError(f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}")
+    log_probs = (policy_log_probs.float() if policy_log_probs.dtype in (torch.float16, torch.bfloat16)
+                 else policy_log_probs)
+    B = log_probs.shape[0]
+    advantages = raw_rewards_or_advantages
+    if advantages.ndim == 1:
+        advantages = advantages.unsqueeze(-1)
+    if tuple(advantages.shape) != (B, 1):
+        raise ValueError(f"raw_rewards_or_advantages must be (B,) or (B, 1) with B={B}, got "
+                         f"{tuple(raw_rewards_or_advantages.shape)}")
+    advantages = advantages.to(log_probs.dtype)  # (B, 1)
+    if response_mask is not None and response_mask.shape != log_probs.shape:
+        raise ValueError(f"response_mask must be {tuple(log_probs.shape)}, got "
+                         f"{tuple(response_mask.shape)}")
+    mask = (torch.ones_like(log_probs, dtype=torch.bool) if response_mask is None
+            else response_mask.bool())  # (B, T)
     # Mask the inputs before any nonlinearity: selecting the loss afterwards keeps a
     # masked inf or nan out of the value, but backward through exp of it is 0·∞ = nan.
     log_probs = torch.where(mask, log_probs, 0)  # (B, T)
@@ -61,10 +77,8 @@ def compute_policy_gradient_loss(
         return loss, {"on_policy_loss_mean": _metric_mean(loss, mask, mask.sum())}
 
     if old_log_probs is None or old_log_probs.shape != log_probs.shape:
-        raise ValueError(
-            f"{method} needs old_log_probs of shape {tuple(log_probs.shape)}, got "
-            f"{None if old_log_probs is None else tuple(old_log_probs.shape)}"
-        )
+        raise ValueError(f"{method} needs old_log_probs of shape {tuple(log_probs.shape)}, got "
+                         f"{None if old_log_probs is None else tuple(old_log_probs.shape)}")
     if method != "noclip" and (cliprange is None or cliprange <= 0):
         raise ValueError(f"{method} needs a positive cliprange, got {cliprange!r}")
     old = torch.where(mask, old_log_probs.detach().to(log_probs.dtype), 0)  # (B, T)
@@ -72,9 +86,7 @@ def compute_policy_gradient_loss(
 
     if method == "gspo":
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
-        ratio = torch.exp(
-            log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1)
-        )  # (B, 1)
+        ratio = torch.exp(log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1))  # (B, 1)
         counted = lengths > 0  # non-empty sequences
     else:
         ratio = torch.exp(log_ratio)  # (B, T)
@@ -89,54 +101,10 @@ def compute_policy_gradient_loss(
     else:  # grpo, gspo
         _, _, loss = clipped_surrogate(ratio, advantages, cliprange, cliprange)
         # clipped = the min picked the clipped term and so removed this token's gradient
-        clipped = ((advantages > 0) & (ratio > 1 + cliprange)) | (
-            (advantages < 0) & (ratio < 1 - cliprange)
-        )
-    loss = loss.expand_as(
-        log_probs
-    ).contiguous()  # gspo: one value per sequence -> (B, T)
+        clipped = (((advantages > 0) & (ratio > 1 + cliprange))
+                   | ((advantages < 0) & (ratio < 1 - cliprange)))
+    loss = loss.expand_as(log_probs).contiguous()  # gspo: one value per sequence -> (B, T)
     return loss, _off_policy_metadata(loss, ratio, mask, counted, clipped)
-
-
-def _checked_inputs(
-    raw_rewards_or_advantages: torch.Tensor,
-    policy_log_probs: torch.Tensor,
-    pg_method: str,
-    response_mask: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(log π (B, T) in float32 or float64, advantages (B, 1) in its dtype, the mask (B, T)
-    bool: all ones without one); a ValueError naming the argument that is wrong."""
-    if pg_method not in PG_METHODS:
-        raise ValueError(f"pg_method must be one of {PG_METHODS}, got {pg_method!r}")
-    if policy_log_probs.ndim != 2:
-        raise ValueError(
-            f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}"
-        )
-    log_probs = (
-        policy_log_probs.float()
-        if policy_log_probs.dtype in (torch.float16, torch.bfloat16)
-        else policy_log_probs
-    )
-    B = log_probs.shape[0]
-    advantages = raw_rewards_or_advantages
-    if advantages.ndim == 1:
-        advantages = advantages.unsqueeze(-1)
-    if tuple(advantages.shape) != (B, 1):
-        raise ValueError(
-            f"raw_rewards_or_advantages must be (B,) or (B, 1) with B={B}, got "
-            f"{tuple(raw_rewards_or_advantages.shape)}"
-        )
-    if response_mask is not None and response_mask.shape != log_probs.shape:
-        raise ValueError(
-            f"response_mask must be {tuple(log_probs.shape)}, got "
-            f"{tuple(response_mask.shape)}"
-        )
-    mask = (
-        torch.ones_like(log_probs, dtype=torch.bool)
-        if response_mask is None
-        else response_mask.bool()
-    )  # (B, T)
-    return log_probs, advantages.to(log_probs.dtype), mask
 
 
 def _metric_mean(values: torch.Tensor, where: torch.Tensor,

@@ -145,10 +145,9 @@ def validate_grpo_config(config, loss_fns: tuple[str, ...] = GRPO_LOSS_FNS) -> N
     if config.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"config.kl_estimator must be one of {KL_ESTIMATORS}, "
                          f"got {config.kl_estimator!r}")
-    if not all(isinstance(bound, (int, float)) and not isinstance(bound, bool) and bound >= 0
-               for bound in (config.clip_lower, config.clip_higher)):
-        raise ValueError("config.clip_lower and config.clip_higher must be numbers >= 0, got "
-                         f"{config.clip_lower!r}, {config.clip_higher!r}")
+    if not (config.clip_lower >= 0 and config.clip_higher >= 0):
+        raise ValueError("config.clip_lower and config.clip_higher must be >= 0, got "
+                         f"{config.clip_lower}, {config.clip_higher}")
 
 
 def compute_grpo_loss(
