@@ -61,8 +61,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=
             parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, default=default,
                                 action=argparse.BooleanOptionalAction, help=help_text)
             continue
-        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, type=types.get(field.name, type(default)),
-                            default=default, choices=choices.get(field.name), help=help_text)
+        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
+                            type=types.get(field.name, type(default)), default=default,
+                            choices=choices.get(field.name), help=help_text)
 
 
 def flag_type(kind: type, problem: Callable[[object], str | None]) -> Callable[[str], object]:

@@ -53,7 +53,8 @@ def compute_policy_gradient_loss(
         raise ValueError(f"pg_method must be one of {PG_METHODS}, got {method!r}")
     if policy_log_probs.ndim != 2:
         raise ValueError(f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}")
-    log_probs = (policy_log_probs.float() if policy_log_probs.dtype in (torch.float16, torch.bfloat16)
+    log_probs = (policy_log_probs.float()
+                 if policy_log_probs.dtype in (torch.float16, torch.bfloat16)
                  else policy_log_probs)
     B = log_probs.shape[0]
     advantages = raw_rewards_or_advantages

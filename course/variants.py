@@ -20,7 +20,7 @@ FRONTIER_LOSS_FNS = GRPO_LOSS_FNS + FRONTIER_PG_METHODS
 RATIO_AGAINST = ("old", "sampler")  # what r = π/π_b is taken against: π_old or the sampler μ
 # what `python -m course.train --pg-method` trains with: stage 4's, stage 5's dapo, notebook 10's
 RUN_PG_METHODS = PG_METHODS + ("dapo",) + FRONTIER_PG_METHODS
-KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `off_policy.estimate_kl`
+KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3, r·k1: `off_policy.estimate_kl`
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
 IS_LEVELS = ("token", "sequence", "geometric")  # see `course.loop.importance.importance_weights`
 IS_MODES = ("truncate", "mask")

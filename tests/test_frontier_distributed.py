@@ -23,8 +23,10 @@ TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
 WORLD_SIZE = 2
 # (name, FrontierLoss fields, normalization, gradient accumulation steps, zero group + KL?, TIS?)
 CASES = [
-    ("ppo-dual-clip", dict(loss_fn="dapo", clip_higher=0.28, dual_clip=1.3), "token", 2, True, True),
-    ("cispo-floor", dict(loss_fn="cispo", clip_lower=0.1, cispo_floor=True), "sequence", 1, False, False),
+    ("ppo-dual-clip", dict(loss_fn="dapo", clip_higher=0.28, dual_clip=1.3), "token", 2, True,
+     True),
+    ("cispo-floor", dict(loss_fn="cispo", clip_lower=0.1, cispo_floor=True), "sequence", 1, False,
+     False),
     ("sapo", dict(loss_fn="sapo"), "constant", 2, False, True),
     ("gmpo", dict(loss_fn="gmpo", clip_lower=0.1, clip_higher=0.1), "sequence", 3, True, False),
     ("dppo-sampler", dict(loss_fn="dppo", trust_region=0.002, ratio_kl=1e-3,

@@ -25,10 +25,10 @@ KL_BETA, TIS_CAP, CONSTANT = 0.5, 1.2, 40.0
 # probabilities here are near 1/103 (the character vocabulary): a trust region of 0.002 acts
 # (name, FrontierLoss fields, normalization, KL?, TIS?, the fields that must act on this batch)
 CASES = [
-    ("ppo-dual-clip", dict(loss_fn="dapo", clip_lower=0.2, clip_higher=0.28, dual_clip=1.3), "token",
-     True, True, dict(dual_clip=None)),
-    ("cispo-floor", dict(loss_fn="cispo", clip_lower=0.1, clip_higher=0.2, cispo_floor=True), "sequence", False, False,
-     dict(cispo_floor=False)),
+    ("ppo-dual-clip", dict(loss_fn="dapo", clip_lower=0.2, clip_higher=0.28, dual_clip=1.3),
+     "token", True, True, dict(dual_clip=None)),
+    ("cispo-floor", dict(loss_fn="cispo", clip_lower=0.1, clip_higher=0.2, cispo_floor=True),
+     "sequence", False, False, dict(cispo_floor=False)),
     ("sapo", dict(loss_fn="sapo", tau_pos=1.0, tau_neg=1.05), "constant", False, True,
      dict(loss_fn="dapo")),
     ("gmpo", dict(loss_fn="gmpo", clip_lower=0.1, clip_higher=0.1), "sequence", True, False,

@@ -159,8 +159,10 @@ def test_the_layout_test_sees_each_kind_of_violation():
     planted_rules = {("course.train_step", "course.loop.models"): "course's top never imports a sub-package",
                      ("course.submissions.reader", "course.loop.rollout"): "submissions never import the loop or the lab",
                      ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab",
-                     ("course.train_step", "course.frontier.loss"): "course's top never imports a sub-package",
-                     ("course.frontier.loss", "course.loop.models"): "frontier imports only the top"}
+                     ("course.train_step", "course.frontier.loss"):
+                         "course's top never imports a sub-package",
+                     ("course.frontier.loss", "course.loop.models"):
+                         "frontier imports only the top"}
     for (a, b), rule in planted_rules.items():
         assert RULES[rule](a, b), rule
     assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")

@@ -6,8 +6,9 @@ penalty, stage 5's `GRPOLossConfig` (dapo, cispo: open-instruct's loss, Yu et al
 GMPO, DPPO, the dual clip, floored CISPO, the ratio against the sampler, the outlier mask), both
 through its `grpo_loss` argument and with the same fields: `loss_fn` is the run's `pg_method`
 (grpo is dapo with ε_high = ε_low), `clip_lower` its `cliprange`, `clip_higher` its `clip_higher`
-(0: `cliprange`), `kl_estimator` its own, `beta` its `kl_beta`. Its advantages take the baseline and normalizer as given, but for
-MaxRL (arXiv 2602.02710), whose groups of one `course.frontier.maxrl` guards.
+(0: `cliprange`), `kl_estimator` its own, `beta` its `kl_beta`. Its advantages take the baseline
+and normalizer as given, but for MaxRL (arXiv 2602.02710), whose groups of one
+`course.frontier.maxrl` guards.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def grpo_loss_config(config: TrainConfig) -> GRPOLossConfig | FrontierLoss:
     dppo = config.pg_method == "dppo"
     return FrontierLoss(**shared, dual_clip=config.dual_clip or None,
                         cispo_floor=config.cispo_floor, tau_pos=config.sapo_tau_pos,
-                        tau_neg=config.sapo_tau_neg, trust_region=config.trust_region if dppo else 0.0,
+                        tau_neg=config.sapo_tau_neg,
+                        trust_region=config.trust_region if dppo else 0.0,
                         ratio_kl=1e-3 if dppo else 0.0, ratio_against=config.ratio_against,
                         outlier_low=config.outlier_low or None,
                         outlier_high=config.outlier_high or None)

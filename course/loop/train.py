@@ -31,9 +31,10 @@ A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.model
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
 problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.loop.filters`),
 `--overlong filter|soft`, `--is-level`/`--is-mode` (`course.loop.importance`), `--entropy-coef`
-(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26 (`course.frontier.loss`):
-`--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`, `--ratio-against sampler`,
-`--outlier-low/--outlier-high`; MaxRL's guard (`course.frontier.maxrl`) with `--advantage-normalizer mean`.
+(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26
+(`course.frontier.loss`): `--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`,
+`--ratio-against sampler`, `--outlier-low/--outlier-high`; MaxRL's guard (`course.frontier.maxrl`)
+with `--advantage-normalizer mean`.
 """
 
 from __future__ import annotations
@@ -329,7 +330,8 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                        enabled=progress and rank == 0)
     try:
         for step in bar:
-            record = rollout_and_update(run, step, problem_rng.sample(pool, config.prompts_per_step))
+            drawn = problem_rng.sample(pool, config.prompts_per_step)
+            record = rollout_and_update(run, step, drawn)
             if rank != 0:
                 continue
             records.append(record)
@@ -366,7 +368,8 @@ def rollout_and_update(run: Run, step: int, drawn: list) -> dict:
         run.sampler.load_state_dict(run.policy.state_dict())
     run.policy.eval()
     rollouts = sample_groups(run.sampler, run.tokenizer, problems, config.group_size, config.seed,
-                             step, first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
+                             step, first_index=rank * per_rank,
+                             max_new_tokens=config.max_new_tokens,
                              temperature=config.temperature, task=run.task)
     kept_groups, signal = None, group_signal(rollouts, run.reward_fn, config)
     groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})

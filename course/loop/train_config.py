@@ -105,8 +105,8 @@ class TrainConfig:
     advantage_normalizer: str = "std"
     """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
 
-    # --- The loss: the policy gradient (stages 4 and 5), notebook 10's options, the normalization, the
-    # penalties and the sampler correction
+    # --- The loss: the policy gradient (stages 4 and 5), notebook 10's options, the
+    # normalization, the penalties and the sampler correction
     pg_method: str = "grpo"
     """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo (stage 4's
     compute_policy_gradient_loss), dapo, cispo (stage 5's compute_grpo_loss, open-instruct's), or
@@ -293,7 +293,8 @@ def validate(config: TrainConfig, world_size: int) -> None:
 
 
 def frontier_problems(config: TrainConfig) -> None:
-    """Raise ConfigError naming the first option of course.frontier.loss that cannot run with the rest."""
+    """Raise ConfigError naming the first option of course.frontier.loss that cannot run with the
+    rest."""
     method = config.pg_method
     if config.dual_clip and not config.dual_clip > 1:
         raise ConfigError("dual_clip", f"must be 0 (off) or above 1, got {config.dual_clip}")
@@ -320,7 +321,8 @@ def frontier_problems(config: TrainConfig) -> None:
 
 
 def frontier_field(config: TrainConfig) -> str | None:
-    """The first field of `config` that trains with course.frontier.loss's FrontierLoss (None: none does)."""
+    """The first field of `config` that trains with course.frontier.loss's FrontierLoss (None: none
+    does)."""
     if config.pg_method in FRONTIER_PG_METHODS:
         return "pg_method"
     for name, off in (("dual_clip", 0.0), ("cispo_floor", False), ("ratio_against", "old"),
@@ -342,7 +344,8 @@ def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
                                                                           "co_names", ()):
         return None
     value = getattr(config, field)
-    return (f"{value} trains with course.frontier.loss's FrontierLoss, which needs a grpo_train_step whose "
+    return (f"{value} trains with course.frontier.loss's FrontierLoss, which needs a "
+            "grpo_train_step whose "
             "grpo_loss may be a PerTokenLoss; the grpo_train_step of your notebooks takes "
             "stage 5's GRPOLossConfig only (see 07_train_step)")
 
