@@ -52,17 +52,17 @@ def compute_policy_gradient_loss(
     if method not in PG_METHODS:
         raise ValueError(f"pg_method must be one of {PG_METHODS}, got {method!r}")
     if policy_log_probs.ndim != 2:
-        raise ValueError(f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}")
-    log_probs = (policy_log_probs.float()
-                 if policy_log_probs.dtype in (torch.float16, torch.bfloat16)
-                 else policy_log_probs)
+        raise ValueError(f"policy_log_probs must be (B, T), got "
+                         f"{tuple(policy_log_probs.shape)}")
+    log_probs = (policy_log_probs.float() if policy_log_probs.dtype in (torch.float16,
+                 torch.bfloat16) else policy_log_probs)
     B = log_probs.shape[0]
     advantages = raw_rewards_or_advantages
     if advantages.ndim == 1:
         advantages = advantages.unsqueeze(-1)
     if tuple(advantages.shape) != (B, 1):
-        raise ValueError(f"raw_rewards_or_advantages must be (B,) or (B, 1) with B={B}, got "
-                         f"{tuple(raw_rewards_or_advantages.shape)}")
+        raise ValueError(f"raw_rewards_or_advantages must be (B,) or (B, 1) with "
+                         f"B={B}, got {tuple(raw_rewards_or_advantages.shape)}")
     advantages = advantages.to(log_probs.dtype)  # (B, 1)
     if response_mask is not None and response_mask.shape != log_probs.shape:
         raise ValueError(f"response_mask must be {tuple(log_probs.shape)}, got "
@@ -72,27 +72,26 @@ def compute_policy_gradient_loss(
     # Mask the inputs before any nonlinearity: selecting the loss afterwards keeps a
     # masked inf or nan out of the value, but backward through exp of it is 0·∞ = nan.
     log_probs = torch.where(mask, log_probs, 0)  # (B, T)
-
     if method == "none":
         loss = -advantages * log_probs
         return loss, {"on_policy_loss_mean": _metric_mean(loss, mask, mask.sum())}
-
     if old_log_probs is None or old_log_probs.shape != log_probs.shape:
-        raise ValueError(f"{method} needs old_log_probs of shape {tuple(log_probs.shape)}, got "
-                         f"{None if old_log_probs is None else tuple(old_log_probs.shape)}")
+        raise ValueError(
+            f"{method} needs old_log_probs of shape {tuple(log_probs.shape)}, got "
+            f"{None if old_log_probs is None else tuple(old_log_probs.shape)}"
+        )
     if method != "noclip" and (cliprange is None or cliprange <= 0):
         raise ValueError(f"{method} needs a positive cliprange, got {cliprange!r}")
     old = torch.where(mask, old_log_probs.detach().to(log_probs.dtype), 0)  # (B, T)
     log_ratio = log_probs - old  # (B, T); 0 (r = 1) off the mask
-
     if method == "gspo":
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
-        ratio = torch.exp(log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1))  # (B, 1)
+        ratio = torch.exp(
+            log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1))  # (B, 1)
         counted = lengths > 0  # non-empty sequences
     else:
         ratio = torch.exp(log_ratio)  # (B, T)
         counted = mask
-
     clipped = None  # noclip clips nothing
     if method == "noclip":
         loss = -advantages * ratio
@@ -104,13 +103,14 @@ def compute_policy_gradient_loss(
         # clipped = the min picked the clipped term and so removed this token's gradient
         clipped = (((advantages > 0) & (ratio > 1 + cliprange))
                    | ((advantages < 0) & (ratio < 1 - cliprange)))
-    loss = loss.expand_as(log_probs).contiguous()  # gspo: one value per sequence -> (B, T)
+    # gspo: one value per sequence -> (B, T)
+    loss = loss.expand_as(log_probs).contiguous()
     return loss, _off_policy_metadata(loss, ratio, mask, counted, clipped)
 
 
 def _metric_mean(values: torch.Tensor, where: torch.Tensor,
                 count: torch.Tensor) -> torch.Tensor:
-    """A metric: the detached `values` summed where `where`, over `count` (at least 1)."""
+    """A metric: the detached `values` summed where `where`, over `count` (>= 1)."""
     return torch.where(where, values.detach(), 0).sum() / count.clamp_min(1)
 
 

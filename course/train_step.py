@@ -53,17 +53,17 @@ ALIGNED_LOG_PROBS = ("old_log_probs", "ref_log_probs", "sampler_log_probs")
 
 @runtime_checkable
 class PerTokenLoss(Protocol):
-    """A loss configuration that computes the whole per-token loss ℓ (b, T) of a micro-batch
-    itself: notebook 10's ungraded `course.frontier.loss.FrontierLoss`. Its `beta` > 0 asks
-    for log π_ref; `validate` raises ValueError naming a bad field."""
+    """A loss configuration that computes the whole per-token loss ℓ (b, T) of a
+    micro-batch itself: notebook 10's ungraded `course.frontier.loss.FrontierLoss`. Its
+    `beta` > 0 asks for log π_ref; `validate` raises ValueError naming a bad field."""
 
     beta: float
 
     def validate(self) -> None: ...
 
     def per_token_loss(
-        self, micro: dict[str, torch.Tensor], log_probs: torch.Tensor, old: torch.Tensor,
-        weights: torch.Tensor | None, ref: torch.Tensor | None,
+        self, micro: dict[str, torch.Tensor], log_probs: torch.Tensor,
+        old: torch.Tensor, weights: torch.Tensor | None, ref: torch.Tensor | None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
 
@@ -123,7 +123,7 @@ def grpo_train_step(
         loss_normalization, normalization_constant: "sequence", "token", "constant"; C.
         kl_beta, kl_estimator, tis_cap: β ≥ 0 and estimator of the KL penalty (β > 0
             needs ref_log_probs or ref_model); the TIS cap (with sampler_log_probs).
-        grpo_loss: stage 5's `GRPOLossConfig` (or a `PerTokenLoss`): replaces pg_method's.
+        grpo_loss: stage 5's `GRPOLossConfig` or a `PerTokenLoss`, in pg_method's place.
     Returns (loss, metadata): the step's loss (0-dim, detached); step means of reward,
     advantage and loss metadata; `gradient_norm` (unclipped), `response_token_count`.
     """
