@@ -8,8 +8,7 @@ specs/): the bundle is unpacked into `/autograder/source`, the student's upload 
 (tests/test_gradescope.py), and grades officially: `--official` (an isolated sandbox or no grade)
 with fresh inputs. results.json carries only what the checks say.
 
-The instructor builds the bundle and rehearses it with `python -m instructor.gradescope`; the
-`build` and `rehearse` commands of this module are aliases of those for one release.
+The instructor builds the bundle and rehearses it with `python -m instructor.gradescope`.
 """
 
 from __future__ import annotations
@@ -132,13 +131,11 @@ def _check_root(parser, root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "run":  # build, rehearse: the instructor's commands, moved
-        from course.cli import forward
-
-        return forward("instructor.gradescope", argv, old="autograder.gradescope build/rehearse")
-    parser = Parser(prog="python -m autograder.gradescope run",
+    parser = Parser(prog="python -m autograder.gradescope",
                     description="Grade the submission in Gradescope's layout officially into "
-                                "results/results.json (what run_autograder calls).")
+                                "results/results.json (what run_autograder calls). The bundle is "
+                                "built and rehearsed by `python -m instructor.gradescope`.")
+    parser.add_argument("command", choices=("run",), help="run: grade (the only command)")
     parser.add_argument("--root", type=Path,
                         default=Path(os.environ.get("GRADESCOPE_ROOT", "/autograder")),
                         help="Gradescope's root folder (default $GRADESCOPE_ROOT or /autograder)")
@@ -152,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="copies of the reference earn points: a check bundle's grading "
                              "(Gradescope's Test Autograder), never a student's")
     parser.add_argument("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
-    args = parser.parse_args(argv[1:])
+    args = parser.parse_args(argv)
     _check_root(parser, args.root)
     return run(args.root, args.allow_reference, args.time_limit, started, args.isolation,
                args.copies)

@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="rollouts per step (default 16; toy 8)")
     parser.add_argument("--length", type=int, default=None, help="tokens per response (default 256; toy 16)")
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                        help="the model's weights in the train steps (notebook 09 trains 0.5B in float32)")
+                        help="the model's weights in the train steps (notebook 10 trains 0.5B in float32)")
     parser.add_argument("--json", type=str, default=None, metavar="FILE", help="also write the rows here")
     args = parser.parse_args()
     shape = TOY if args.toy else QWEN25_05B

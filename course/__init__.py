@@ -5,8 +5,8 @@ Pipeline order (one module per concept, at the top of the package):
 with what they need beside them (chunked_head, metrics, distributed, variants, registry, paths) and
 `train`, the command line (`python -m course.train`). The support code is in sub-packages:
 `course.loop` (the trainer, the tiny OLMo2 and its tokenizer, tasks, rollouts, plotting),
-`course.lab` (notebook 08's experiments) and `course.submissions` (the learner's own notebooks,
-read without running them).
+`course.lab` (notebook 08's experiments), `course.frontier` (notebook 11's ungraded losses) and
+`course.submissions` (the learner's own notebooks, read without running them).
 Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
 The names load lazily (PEP 562 module `__getattr__`): `import course.cli` does not import torch,
 so a command line answers a usage error before torch loads.

@@ -26,7 +26,7 @@ INTERRUPTED = 130  # a shell's exit status for a command that SIGINT ended
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr with a pointer to --help.
-    Abbreviations are refused: `--loss` must not pass for `--losses`."""
+    Abbreviations are refused: `--pg-method` must not pass for `--pg-methods`."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
@@ -50,10 +50,10 @@ def field_help(config_class) -> dict[str, str]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=None, exclude=(),
-                         types=None, aliases=None) -> None:
+                         types=None) -> None:
     """One `--kebab-case` option per field (but `exclude`), typed by `types` or its default, helped
-    by its docstring; `aliases`: field -> an older flag that still sets it (for one release)."""
-    docs, choices, types, aliases = field_help(config_class), choices or {}, types or {}, aliases or {}
+    by its docstring."""
+    docs, choices, types = field_help(config_class), choices or {}, types or {}
     for field in (f for f in fields(config_class) if f.name not in exclude):
         default = field.default
         help_text = f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})"
@@ -61,9 +61,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=
             parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, default=default,
                                 action=argparse.BooleanOptionalAction, help=help_text)
             continue
-        parser.add_argument("--" + field.name.replace("_", "-"), *aliases.get(field.name, ()),
-                            dest=field.name, type=types.get(field.name, type(default)),
-                            default=default, choices=choices.get(field.name), help=help_text)
+        parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
+                            type=types.get(field.name, type(default)), default=default,
+                            choices=choices.get(field.name), help=help_text)
 
 
 def flag_type(kind: type, problem: Callable[[object], str | None]) -> Callable[[str], object]:
@@ -126,22 +126,3 @@ def bounded_types(config_class, bounds: dict[str, tuple]) -> dict[str, Callable]
                             lambda value, bound=bound: out_of_range(value, *bound))
             for name, bound in bounds.items()}
 
-
-def forward(module: str, argv: list[str], old: str | None = None) -> int:
-    """Run `python -m module argv` and return its exit status: a moved command's alias. `old`:
-    the alias's own name, for the one-line notice. The package of `module` must lie beside this
-    `course/` (a student edition has no `instructor/`, whatever else is installed)."""
-    import subprocess
-    import sys
-
-    from course.paths import ROOT
-
-    if old:
-        print(f"{old} moved to `python -m {module}`; this alias goes in the next release",
-              file=sys.stderr)
-    package = module.split(".")[0]
-    if not (ROOT / package / "__init__.py").is_file():
-        print(f"{module} is an instructor's command, and {ROOT} has no {package}/ (a student "
-              "edition leaves it out)", file=sys.stderr)
-        return USAGE_ERROR
-    return subprocess.run([sys.executable, "-m", module, *argv], ).returncode

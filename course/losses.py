@@ -52,46 +52,29 @@ def compute_policy_gradient_loss(
     if method not in PG_METHODS:
         raise ValueError(f"pg_method must be one of {PG_METHODS}, got {method!r}")
     if policy_log_probs.ndim != 2:
-        raise ValueError(
-            f"policy_log_probs must be (B, T), got {tuple(policy_log_probs.shape)}"
-        )
-    log_probs = (
-        policy_log_probs.float()
-        if policy_log_probs.dtype in (torch.float16, torch.bfloat16)
-        else policy_log_probs
-    )
+        raise ValueError(f"policy_log_probs must be (B, T), got "
+                         f"{tuple(policy_log_probs.shape)}")
+    log_probs = (policy_log_probs.float() if policy_log_probs.dtype in (torch.float16,
+                 torch.bfloat16) else policy_log_probs)
     B = log_probs.shape[0]
     advantages = raw_rewards_or_advantages
     if advantages.ndim == 1:
         advantages = advantages.unsqueeze(-1)
     if tuple(advantages.shape) != (B, 1):
-        raise ValueError(
-            f"raw_rewards_or_advantages must be (B,) or (B, 1) with B={B}, got "
-            f"{tuple(raw_rewards_or_advantages.shape)}"
-        )
+        raise ValueError(f"raw_rewards_or_advantages must be (B,) or (B, 1) with "
+                         f"B={B}, got {tuple(raw_rewards_or_advantages.shape)}")
     advantages = advantages.to(log_probs.dtype)  # (B, 1)
     if response_mask is not None and response_mask.shape != log_probs.shape:
-        raise ValueError(
-            f"response_mask must be {tuple(log_probs.shape)}, got "
-            f"{tuple(response_mask.shape)}"
-        )
-    mask = (
-        torch.ones_like(log_probs, dtype=torch.bool)
-        if response_mask is None
-        else response_mask.bool()
-    )  # (B, T)
-    n_tokens = mask.sum()
+        raise ValueError(f"response_mask must be {tuple(log_probs.shape)}, got "
+                         f"{tuple(response_mask.shape)}")
+    mask = (torch.ones_like(log_probs, dtype=torch.bool) if response_mask is None
+            else response_mask.bool())  # (B, T)
     # Mask the inputs before any nonlinearity: selecting the loss afterwards keeps a
     # masked inf or nan out of the value, but backward through exp of it is 0·∞ = nan.
     log_probs = torch.where(mask, log_probs, 0)  # (B, T)
-
-    def mean_over(values, where, count):  # a metric: detached
-        return torch.where(where, values.detach(), 0).sum() / count.clamp_min(1)
-
     if method == "none":
         loss = -advantages * log_probs
-        return loss, {"on_policy_loss_mean": mean_over(loss, mask, n_tokens)}
-
+        return loss, {"on_policy_loss_mean": _metric_mean(loss, mask, mask.sum())}
     if old_log_probs is None or old_log_probs.shape != log_probs.shape:
         raise ValueError(
             f"{method} needs old_log_probs of shape {tuple(log_probs.shape)}, got "
@@ -101,18 +84,15 @@ def compute_policy_gradient_loss(
         raise ValueError(f"{method} needs a positive cliprange, got {cliprange!r}")
     old = torch.where(mask, old_log_probs.detach().to(log_probs.dtype), 0)  # (B, T)
     log_ratio = log_probs - old  # (B, T); 0 (r = 1) off the mask
-
     if method == "gspo":
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
         ratio = torch.exp(
-            log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1)
-        )  # (B, 1)
+            log_ratio.sum(dim=1, keepdim=True) / lengths.clamp_min(1))  # (B, 1)
         counted = lengths > 0  # non-empty sequences
     else:
         ratio = torch.exp(log_ratio)  # (B, T)
         counted = mask
-    n_counted = counted.sum()
-
+    clipped = None  # noclip clips nothing
     if method == "noclip":
         loss = -advantages * ratio
     elif method == "cispo":
@@ -121,26 +101,38 @@ def compute_policy_gradient_loss(
     else:  # grpo, gspo
         _, _, loss = clipped_surrogate(ratio, advantages, cliprange, cliprange)
         # clipped = the min picked the clipped term and so removed this token's gradient
-        clipped = ((advantages > 0) & (ratio > 1 + cliprange)) | (
-            (advantages < 0) & (ratio < 1 - cliprange)
-        )
-    loss = loss.expand_as(
-        log_probs
-    ).contiguous()  # gspo: one value per sequence -> (B, T)
+        clipped = (((advantages > 0) & (ratio > 1 + cliprange))
+                   | ((advantages < 0) & (ratio < 1 - cliprange)))
+    # gspo: one value per sequence -> (B, T)
+    loss = loss.expand_as(log_probs).contiguous()
+    return loss, _off_policy_metadata(loss, ratio, mask, counted, clipped)
 
+
+def _metric_mean(values: torch.Tensor, where: torch.Tensor,
+                count: torch.Tensor) -> torch.Tensor:
+    """A metric: the detached `values` summed where `where`, over `count` (>= 1)."""
+    return torch.where(where, values.detach(), 0).sum() / count.clamp_min(1)
+
+
+def _off_policy_metadata(loss: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor,
+                        counted: torch.Tensor, clipped: torch.Tensor | None) -> dict:
+    """The metadata of a loss with a ratio: the mean ratio over the `counted` tokens (or
+    sequences, gspo) and their count, the mean loss over the mask, and, but for noclip
+    (`clipped` None), the fraction and count of those the clip changed."""
+    n_counted = counted.sum()
     metadata = {
-        "importance_ratio_mean": mean_over(ratio, counted, n_counted),
+        "importance_ratio_mean": _metric_mean(ratio, counted, n_counted),
         "importance_ratio_count": n_counted,
-        "off_policy_loss_mean": mean_over(loss, mask, n_tokens),
+        "off_policy_loss_mean": _metric_mean(loss, mask, mask.sum()),
     }
-    if method != "noclip":
+    if clipped is not None:
         clip_count = (clipped & counted).sum()
         metadata.update(
             clip_fraction=clip_count / n_counted.clamp_min(1),
             clip_count=clip_count,
             clip_total=n_counted,
         )
-    return loss, metadata
+    return metadata
 
 
 def clipped_surrogate(

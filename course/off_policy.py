@@ -126,20 +126,21 @@ class GRPOLossConfig:
     """Weight of the KL penalty in the total loss pg_loss_max + beta·kl."""
 
     def __post_init__(self) -> None:
-        _validate_grpo_config(self)
+        validate_grpo_config(self)
 
 
-def _validate_grpo_config(config) -> None:
+def validate_grpo_config(config, loss_fns: tuple[str, ...] = GRPO_LOSS_FNS) -> None:
     """Raise ValueError naming the field of `config` (a GRPOLossConfig, or any object
-    with its fields) that is missing or out of range: the one check, at construction
-    and in use."""
+    with its fields) that is missing or out of range: the one check of a loss
+    configuration's fields, at construction and in use. `loss_fns`: the losses it may
+    name (a `course.frontier.loss.FrontierLoss` names more)."""
     try:  # each field by name, so that the error names the one that is missing
         _ = (config.loss_fn, config.clip_lower, config.clip_higher, config.kl_estimator,
              config.beta)
     except AttributeError as error:
         raise ValueError(f"config lacks a field of GRPOLossConfig: {error}") from None
-    if config.loss_fn not in GRPO_LOSS_FNS:
-        raise ValueError(f"config.loss_fn must be one of {GRPO_LOSS_FNS}, "
+    if config.loss_fn not in loss_fns:
+        raise ValueError(f"config.loss_fn must be one of {loss_fns}, "
                          f"got {config.loss_fn!r}")
     if config.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"config.kl_estimator must be one of {KL_ESTIMATORS}, "
@@ -168,7 +169,7 @@ def compute_grpo_loss(
     old_logprobs with its mask BEFORE computing ratio = exp(new − old), since backward
     through exp of an inf or nan at a masked position is nan whatever is selected later.
     """
-    _validate_grpo_config(config)
+    validate_grpo_config(config)
     if new_logprobs.ndim != 2 or ratio.shape != new_logprobs.shape:
         raise ValueError(
             "new_logprobs and ratio must be the same (B, T), got "

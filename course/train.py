@@ -15,7 +15,6 @@ from course.cli import INTERRUPTED, Parser, add_config_arguments, unwritable
 from course.loop.progress import bars_drawn
 from course.loop.train_config import (
     CHOICES,
-    FLAG_ALIASES,
     RUN_FILES,
     ConfigError,
     TrainConfig,
@@ -69,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", type=Path, default=None, metavar="DIR",
                         help="train with your own stages, read from the notebooks in DIR (stages "
                              "not written yet use the reference where it is available)")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types(),
-                         aliases=FLAG_ALIASES)
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
     args = vars(parser.parse_args(argv))
     out, notebooks, overwrite = args.pop("out"), args.pop("notebooks"), args.pop("overwrite")
     if out is not None and (problem := out_problem(out, overwrite)):

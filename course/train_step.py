@@ -8,7 +8,9 @@ truncated importance weights when the sampler's log-probs are given) plus β·KL
   kl_t = `estimate_kl` of log π − log π_ref,
 as open-instruct's GRPO loss does (open_instruct/grpo_utils.py; TIS: Yao et al. 2025). Given a
 `grpo_loss` config, stage 5's `compute_grpo_loss` computes the same ℓ instead (its pg_loss_max
-and its β): DAPO's decoupled clip bounds or CISPO, as open-instruct configures them.
+and its β): DAPO's decoupled clip bounds or CISPO, as open-instruct configures them. An ungraded
+loss of notebook 11 (`course.frontier.loss.FrontierLoss`) enters at one place: a `grpo_loss`
+that is a `PerTokenLoss` computes the whole ℓ itself (`grpo_loss_per_token`).
 
 The update is a function of the batch alone: not of `gradient_accumulation_steps`, not of which
 rows share a micro-batch, not of how whole groups are split over data-parallel ranks. That holds
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -34,10 +37,11 @@ from course.distributed import is_distributed, rank_and_world_size
 from course.losses import PG_COUNT_KEYS, compute_policy_gradient_loss
 from course.metrics import LossStatistics
 from course.off_policy import (
-    _validate_grpo_config,
+    GRPOLossConfig,
     compute_grpo_loss,
     estimate_kl,
     truncated_importance_weights,
+    validate_grpo_config,
 )
 from course.scoring import get_response_log_probs
 from course.tokenization import tokenize_prompt_and_output
@@ -45,6 +49,22 @@ from course.variants import KL_ESTIMATORS, PG_METHODS
 
 # The optional (B, T') log-prob inputs, aligned with the tokenized batch.
 ALIGNED_LOG_PROBS = ("old_log_probs", "ref_log_probs", "sampler_log_probs")
+
+
+@runtime_checkable
+class PerTokenLoss(Protocol):
+    """A loss configuration that computes the whole per-token loss ℓ (b, T) of a
+    micro-batch itself: notebook 11's ungraded `course.frontier.loss.FrontierLoss`. Its
+    `beta` > 0 asks for log π_ref; `validate` raises ValueError naming a bad field."""
+
+    beta: float
+
+    def validate(self) -> None: ...
+
+    def per_token_loss(
+        self, micro: dict[str, torch.Tensor], log_probs: torch.Tensor,
+        old: torch.Tensor, weights: torch.Tensor | None, ref: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,8 @@ class LossTerms:
     ref_model: torch.nn.Module | None = None
     tis_cap: float = 2.0
     temperature: float = 1.0
-    grpo_loss: object | None = None  # a GRPOLossConfig: stage 5's loss, not pg_method's
+    # stage 5's loss (or notebook 11's), not pg_method's
+    grpo_loss: GRPOLossConfig | PerTokenLoss | None = None
 
 
 def grpo_train_step(
@@ -102,7 +123,7 @@ def grpo_train_step(
         loss_normalization, normalization_constant: "sequence", "token", "constant"; C.
         kl_beta, kl_estimator, tis_cap: β ≥ 0 and estimator of the KL penalty (β > 0
             needs ref_log_probs or ref_model); the TIS cap (with sampler_log_probs).
-        grpo_loss: a stage-5 `GRPOLossConfig`, whose loss replaces pg_method's.
+        grpo_loss: stage 5's `GRPOLossConfig` or a `PerTokenLoss`, in pg_method's place.
     Returns (loss, metadata): the step's loss (0-dim, detached); step means of reward,
     advantage and loss metadata; `gradient_norm` (unclipped), `response_token_count`.
     """
@@ -187,9 +208,10 @@ def grpo_loss_per_token(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """ℓ = w · pg_loss_max + β · kl of stage 5's `compute_grpo_loss` for one micro-batch
     (b, T), and its metadata. log π and log π_old are selected by the mask BEFORE the
-    ratio's exp, as `compute_grpo_loss` asks of its caller (it takes no mask)."""
+    ratio's exp, as `compute_grpo_loss` asks of its caller (it takes no mask). A
+    `PerTokenLoss` (notebook 11's, ungraded) computes the whole ℓ itself."""
     config, mask = terms.grpo_loss, micro["response_mask"].bool()  # (b, T)
-    if hasattr(config, "per_token_loss"):  # a FrontierLoss (course.frontier_loss)
+    if isinstance(config, PerTokenLoss):  # where an ungraded loss enters
         ref = _reference_log_probs(micro, terms) if config.beta > 0 else None
         return config.per_token_loss(micro, log_probs, old, weights, ref)
     new = torch.where(mask, log_probs, 0)
@@ -271,8 +293,10 @@ def _validate_penalties(terms: LossTerms, aligned: dict) -> None:
                          f"got {terms.kl_estimator!r}")
     beta, beta_name = terms.kl_beta, "kl_beta"
     if terms.grpo_loss is not None:
-        validate = getattr(terms.grpo_loss, "validate", None)  # FrontierLoss has one
-        validate() if callable(validate) else _validate_grpo_config(terms.grpo_loss)
+        if isinstance(terms.grpo_loss, PerTokenLoss):
+            terms.grpo_loss.validate()
+        else:
+            validate_grpo_config(terms.grpo_loss)
         if terms.pg_method != "none" or terms.kl_beta != 0:
             raise ValueError("grpo_loss gives the whole per-token loss: pg_method must "
                              "be 'none' and kl_beta 0 (grpo_loss.beta weighs its KL), "

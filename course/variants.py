@@ -12,18 +12,15 @@ a Hugging Face model by `course.loop.models`.
 
 BASELINES = ("mean", "none")
 NORMALIZERS = ("std", "mean", "none")
-PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")
-GRPO_LOSS_FNS = ("dapo", "cispo")  # stage 5's open-instruct losses: `course.off_policy.compute_grpo_loss`
-# what `python -m course.train --pg-method` trains with: stage 4's losses, and DAPO from stage 5
-# the 2025–26 losses of `course.frontier_loss.FrontierLoss` (ungraded): its `method`s, and the ones
-# `python -m course.train --pg-method` adds (ppo and cispo there are grpo's and cispo's options)
-FRONTIER_METHODS = ("ppo", "cispo", "sapo", "gmpo", "dppo")
-FRONTIER_PG_METHODS = ("sapo", "gmpo", "dppo")
+PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")  # stage 4's `pg_method`
+GRPO_LOSS_FNS = ("dapo", "cispo")  # stage 5's `GRPOLossConfig.loss_fn` (open-instruct's)
+FRONTIER_PG_METHODS = ("sapo", "gmpo", "dppo")  # notebook 11's, ungraded: `course.frontier`
+# `course.frontier.loss.FrontierLoss.loss_fn`: stage 5's names and notebook 11's
+FRONTIER_LOSS_FNS = GRPO_LOSS_FNS + FRONTIER_PG_METHODS
 RATIO_AGAINST = ("old", "sampler")  # what r = π/π_b is taken against: π_old or the sampler μ
+# what `python -m course.train --pg-method` trains with: stage 4's, stage 5's dapo, notebook 11's
 RUN_PG_METHODS = PG_METHODS + ("dapo",) + FRONTIER_PG_METHODS
-KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3 and r·k1: `course.off_policy.estimate_kl`
-# the numbers the release before named them by: `--kl-estimator 2` still means k3, for one release
-KL_ESTIMATOR_NUMBERS = dict(zip(("0", "1", "2", "3"), KL_ESTIMATORS))
+KL_ESTIMATORS = ("k1", "k2", "k3", "ratio_k1")  # Schulman's k1-k3, r·k1: `off_policy.estimate_kl`
 LOSS_NORMALIZATIONS = ("sequence", "token", "constant")
 IS_LEVELS = ("token", "sequence", "geometric")  # see `course.loop.importance.importance_weights`
 IS_MODES = ("truncate", "mask")

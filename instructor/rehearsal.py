@@ -1,4 +1,4 @@
-"""A local rehearsal of Gradescope: `python -m autograder.gradescope rehearse BUNDLE SUBMISSION`.
+"""A local rehearsal of Gradescope: `python -m instructor.gradescope rehearse BUNDLE SUBMISSION`.
 
 Gradescope's documented flow (https://gradescope-autograders.readthedocs.io/en/latest/specs/):
 the bundle is unpacked into /autograder/source, `setup.sh` runs once as root while the image is

@@ -17,6 +17,9 @@ import math
 
 import torch
 
+# open-instruct's `kl_estimator` 0..3 (open_instruct/grpo_utils.py, e6c3044), by the course's names
+OPEN_INSTRUCT_KL_ESTIMATORS = {"0": "k1", "1": "k2", "2": "k3", "3": "ratio_k1"}
+
 # ----------------------------------------------------------------------------- tokenization
 
 
@@ -125,10 +128,10 @@ def policy_gradient_loss(
     return torch.stack(rows)
 
 
-def frontier_loss(method: str, advantages, log_probs, base_log_probs, mask, clip_low=0.2,
-                  clip_high=0.2, dual_clip=None, cispo_floor=True, tau_pos=1.0, tau_neg=1.05,
+def frontier_loss(loss_fn: str, advantages, log_probs, base_log_probs, mask, clip_lower=0.2,
+                  clip_higher=0.2, dual_clip=None, cispo_floor=False, tau_pos=1.0, tau_neg=1.05,
                   trust_region=0.0, ratio_kl=0.0, outlier_low=None, outlier_high=None):
-    """The 2025–26 losses token by token (B, T), 0 off the mask: ppo (dual clip), cispo (floored),
+    """The 2025–26 losses token by token (B, T), 0 off the mask: dapo (dual clip), cispo (floored),
     sapo, gmpo, dppo; written from the papers' formulas (SAPO arXiv 2511.20347, GMPO arXiv
     2507.20673, dual clip arXiv 1912.09729, DPPO arXiv 2602.04879), not from `course`."""
     B, T = log_probs.shape
@@ -136,14 +139,14 @@ def frontier_loss(method: str, advantages, log_probs, base_log_probs, mask, clip
     for i in range(B):
         a = float(advantages[i])
         tokens = [t for t in range(T) if mask[i, t]]
-        if method == "gmpo":  # one clipped geometric-mean ratio per row
+        if loss_fn == "gmpo":  # one clipped geometric-mean ratio per row
             clipped = []
             for t in tokens:
                 x = log_probs[i, t] - base_log_probs[i, t].detach()
                 if a > 0:
-                    x = torch.clamp(x, max=clip_high)
+                    x = torch.clamp(x, max=clip_higher)
                 elif a < 0:
-                    x = torch.clamp(x, min=-clip_low)
+                    x = torch.clamp(x, min=-clip_lower)
                 clipped.append(x)
             s = torch.exp(sum(clipped) / len(clipped)) if tokens else None
         row = []
@@ -153,24 +156,24 @@ def frontier_loss(method: str, advantages, log_probs, base_log_probs, mask, clip
                 continue
             lp, b = log_probs[i, t], base_log_probs[i, t].detach()
             r = torch.exp(lp - b)
-            if method == "ppo":
-                value = -torch.minimum(r * a, torch.clamp(r, 1 - clip_low, 1 + clip_high) * a)
+            if loss_fn == "dapo":
+                value = -torch.minimum(r * a, torch.clamp(r, 1 - clip_lower, 1 + clip_higher) * a)
                 if dual_clip is not None and a < 0:
                     value = torch.clamp(value, max=-dual_clip * a)
-            elif method == "cispo":
-                weight = torch.clamp(r, 1 - clip_low if cispo_floor else None, 1 + clip_high)
+            elif loss_fn == "cispo":
+                weight = torch.clamp(r, 1 - clip_lower if cispo_floor else None, 1 + clip_higher)
                 value = -weight.detach() * a * lp
-            elif method == "sapo":
+            elif loss_fn == "sapo":
                 tau = tau_pos if a > 0 else tau_neg
                 value = -(4 / tau) * torch.sigmoid(tau * (r - 1)) * a
-            elif method == "gmpo":
+            elif loss_fn == "gmpo":
                 value = -a * s
-            elif method == "dppo":
+            elif loss_fn == "dppo":
                 moved = float(torch.exp(lp.detach()) - torch.exp(b))
                 dropped = moved > trust_region if a > 0 else moved < -trust_region
                 value = (0 if dropped else -a * r) + ratio_kl * (lp - b) ** 2
             else:
-                raise ValueError(method)
+                raise ValueError(loss_fn)
             ratio = float(r.detach())
             if (outlier_low is not None and ratio < outlier_low) or (
                     outlier_high is not None and ratio > outlier_high):

@@ -30,7 +30,7 @@ def run_main(module: str, *argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("module, argv, message", [
     ("course.train", ["--steps", "-1"], "argument --steps: must be >= 0, got -1"),
-    ("course.train", ["--pg-method", "ppo"], "argument --pg-method/--loss: invalid choice: 'ppo'"),
+    ("course.train", ["--pg-method", "ppo"], "argument --pg-method: invalid choice: 'ppo'"),
     ("course.train", ["--prompts-per-step", "2", "--group-size", "2", "--gradient-accumulation-steps", "5"],
      "argument --gradient-accumulation-steps: (5) must be at most the 4 rollouts"),
     ("course.train", ["--stepz", "3"], "unrecognized arguments: --stepz 3"),
@@ -114,26 +114,15 @@ def test_a_terminal_gets_a_tqdm_bar_and_a_disabled_bar_writes_nothing():
     assert quiet.getvalue() == ""
 
 
-def test_renamed_flags_still_work_for_one_release(capsys):
-    """`--loss` sets `pg_method`, and `--kl-estimator 2` (the old numbering) means k3, saying so."""
+def test_the_train_flags_have_one_spelling_each():
+    """`--pg-method` and the estimators' names: no older flag or number sets them."""
     from course.cli import Parser, add_config_arguments
-    from course.loop.train_config import CHOICES, FLAG_ALIASES, TrainConfig, flag_types
+    from course.loop.train_config import CHOICES, TrainConfig, flag_types
 
     parser = Parser(prog="python -m course.train")
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types(), aliases=FLAG_ALIASES)
-    args = parser.parse_args(["--loss", "cispo", "--kl-estimator", "2"])
-    assert (args.pg_method, args.kl_estimator) == ("cispo", "k3")
-    assert "--kl-estimator 2 is now --kl-estimator k3" in capsys.readouterr().err
-    assert parser.parse_args(["--pg-method", "gspo", "--kl-estimator", "ratio_k1"]).pg_method == "gspo"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--kl-estimator", "4"])  # not a number the release before had
-
-
-@pytest.mark.parametrize("alias, target", [("autograder.batch", "instructor.batch")])
-def test_a_moved_command_forwards_with_a_one_line_notice(alias, target):
-    result = subprocess.run([sys.executable, "-m", alias, "--help"], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.splitlines()[0] == (f"{alias} moved to `python -m {target}`; this alias "
-                                             "goes in the next release")
-    assert f"python -m {target}" in result.stdout  # the new command's own help
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, types=flag_types())
+    args = parser.parse_args(["--pg-method", "gspo", "--kl-estimator", "ratio_k1"])
+    assert (args.pg_method, args.kl_estimator) == ("gspo", "ratio_k1")
+    for argv in (["--loss", "cispo"], ["--kl-estimator", "2"], ["--kl-estimator", "4"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)

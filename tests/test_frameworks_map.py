@@ -14,23 +14,28 @@ from pathlib import Path
 
 import pytest
 import torch
+from naive import OPEN_INSTRUCT_KL_ESTIMATORS as KL_ESTIMATOR_NUMBERS
 
 from course.advantages import compute_group_normalized_rewards
 from course.aggregation import aggregate_loss_across_microbatch, calculate_loss_and_backward
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
+from course.frontier.maxrl import maxrl_advantages
+from course.frontier.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
+from course.frontier.trust_region import (
+    dppo_loss,
+    outlier_mask,
+    sequence_log_ratio,
+    trust_region_mask,
+)
 from course.loop.filters import informative_groups
 from course.loop.importance import importance_weights
 from course.losses import compute_policy_gradient_loss
-from course.maxrl import maxrl_advantages
 from course.off_policy import (
     GRPOLossConfig,
     compute_grpo_loss,
     estimate_kl,
     truncated_importance_weights,
 )
-from course.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
-from course.trust_region import dppo_loss, outlier_mask, sequence_log_ratio, trust_region_mask
-from course.variants import KL_ESTIMATOR_NUMBERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
 TOL = 1e-12
@@ -420,7 +425,7 @@ def test_prime_rl_dppo_default():
     course = dppo_loss(new, sampler, adv, None, 0.2, 0.2, 1e-3)
     kl = 1e-3 * math.log(2) ** 2
     assert close(course[0, 0], kl) and close(course[1, 0], 2.0 + kl)
-    assert FrontierLoss("dppo", trust_region=0.2, ratio_kl=1e-3, ratio_against="sampler").method == "dppo"
+    assert FrontierLoss("dppo", trust_region=0.2, ratio_kl=1e-3, ratio_against="sampler").loss_fn == "dppo"
 
 
 def test_prime_rl_maxrl():
@@ -439,7 +444,7 @@ def test_skyrl_cispo_anchor():
     micro = {"advantages": torch.tensor([1.0], dtype=D), "response_mask": torch.ones(1, 1),
              "sampler_log_probs": torch.log(torch.tensor([[0.4]], dtype=D))}
     for against, weight in (("old", 1.0), ("sampler", 1.2)):
-        config = FrontierLoss("cispo", clip_low=0.2, clip_high=0.2, cispo_floor=False, ratio_against=against)
+        config = FrontierLoss("cispo", clip_lower=0.2, clip_higher=0.2, cispo_floor=False, ratio_against=against)
         loss, _ = config.per_token_loss(micro, logp, logp.clone(), None, None)
         assert close(loss[0, 0], -weight * math.log(0.6))
 

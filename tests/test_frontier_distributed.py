@@ -14,7 +14,7 @@ from ranks import ddp_update, gloo_rank, rank_share, run_ranks
 from test_frontier_train_step import extras, naive_update
 from test_train_step_grpo_loss import normalization
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 from course.loop.models import build_tiny_model_and_tokenizer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -23,13 +23,15 @@ TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
 WORLD_SIZE = 2
 # (name, FrontierLoss fields, normalization, gradient accumulation steps, zero group + KL?, TIS?)
 CASES = [
-    ("ppo-dual-clip", dict(method="ppo", clip_high=0.28, dual_clip=1.3), "token", 2, True, True),
-    ("cispo-floor", dict(method="cispo", clip_low=0.1), "sequence", 1, False, False),
-    ("sapo", dict(method="sapo"), "constant", 2, False, True),
-    ("gmpo", dict(method="gmpo", clip_low=0.1, clip_high=0.1), "sequence", 3, True, False),
-    ("dppo-sampler", dict(method="dppo", trust_region=0.002, ratio_kl=1e-3,
+    ("ppo-dual-clip", dict(loss_fn="dapo", clip_higher=0.28, dual_clip=1.3), "token", 2, True,
+     True),
+    ("cispo-floor", dict(loss_fn="cispo", clip_lower=0.1, cispo_floor=True), "sequence", 1, False,
+     False),
+    ("sapo", dict(loss_fn="sapo"), "constant", 2, False, True),
+    ("gmpo", dict(loss_fn="gmpo", clip_lower=0.1, clip_higher=0.1), "sequence", 3, True, False),
+    ("dppo-sampler", dict(loss_fn="dppo", trust_region=0.002, ratio_kl=1e-3,
                           ratio_against="sampler"), "token", 2, False, True),
-    ("sapo-sampler-outlier", dict(method="sapo", ratio_against="sampler", outlier_low=0.8,
+    ("sapo-sampler-outlier", dict(loss_fn="sapo", ratio_against="sampler", outlier_low=0.8,
                                   outlier_high=1.25), "token", 1, True, True),
 ]
 

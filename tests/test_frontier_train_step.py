@@ -17,7 +17,7 @@ from naive import (
 )
 from test_train_step_grpo_loss import normalization, sgd_step
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -25,22 +25,22 @@ KL_BETA, TIS_CAP, CONSTANT = 0.5, 1.2, 40.0
 # probabilities here are near 1/103 (the character vocabulary): a trust region of 0.002 acts
 # (name, FrontierLoss fields, normalization, KL?, TIS?, the fields that must act on this batch)
 CASES = [
-    ("ppo-dual-clip", dict(method="ppo", clip_low=0.2, clip_high=0.28, dual_clip=1.3), "token",
-     True, True, dict(dual_clip=None)),
-    ("cispo-floor", dict(method="cispo", clip_low=0.1, clip_high=0.2), "sequence", False, False,
-     dict(cispo_floor=False)),
-    ("sapo", dict(method="sapo", tau_pos=1.0, tau_neg=1.05), "constant", False, True,
-     dict(method="ppo")),
-    ("gmpo", dict(method="gmpo", clip_low=0.1, clip_high=0.1), "sequence", True, False,
-     dict(clip_low=10.0, clip_high=10.0)),
-    ("dppo-sampler", dict(method="dppo", trust_region=0.002, ratio_kl=1e-3,
+    ("ppo-dual-clip", dict(loss_fn="dapo", clip_lower=0.2, clip_higher=0.28, dual_clip=1.3),
+     "token", True, True, dict(dual_clip=None)),
+    ("cispo-floor", dict(loss_fn="cispo", clip_lower=0.1, clip_higher=0.2, cispo_floor=True),
+     "sequence", False, False, dict(cispo_floor=False)),
+    ("sapo", dict(loss_fn="sapo", tau_pos=1.0, tau_neg=1.05), "constant", False, True,
+     dict(loss_fn="dapo")),
+    ("gmpo", dict(loss_fn="gmpo", clip_lower=0.1, clip_higher=0.1), "sequence", True, False,
+     dict(clip_lower=10.0, clip_higher=10.0)),
+    ("dppo-sampler", dict(loss_fn="dppo", trust_region=0.002, ratio_kl=1e-3,
                           ratio_against="sampler"), "token", False, True,
      dict(trust_region=10.0)),
-    ("sapo-sampler-outlier", dict(method="sapo", ratio_against="sampler", outlier_low=0.8,
+    ("sapo-sampler-outlier", dict(loss_fn="sapo", ratio_against="sampler", outlier_low=0.8,
                                   outlier_high=1.25), "token", True, True,
      dict(outlier_low=None, outlier_high=None)),
 ]
-NAIVE_FIELDS = ("clip_low", "clip_high", "dual_clip", "cispo_floor", "tau_pos", "tau_neg",
+NAIVE_FIELDS = ("clip_lower", "clip_higher", "dual_clip", "cispo_floor", "tau_pos", "tau_neg",
                 "trust_region", "ratio_kl", "outlier_low", "outlier_high")
 
 
@@ -62,7 +62,7 @@ def naive_update(model, tokenizer, batch, old, config: FrontierLoss, mode, extra
     against_sampler = config.ratio_against == "sampler"
     frontier = {name: getattr(config, name) for name in NAIVE_FIELDS}
     frontier["base"] = (sampler if sampler is not None else old) if against_sampler else old
-    loss = full_batch_loss(model, tokenizer, batch, config.method, mode, old, constant=CONSTANT,
+    loss = full_batch_loss(model, tokenizer, batch, config.loss_fn, mode, old, constant=CONSTANT,
                            normalizer="none", kl_beta=config.beta, kl_estimator=config.kl_estimator,
                            sampler_log_probs=None if against_sampler else sampler, tis_cap=tis_cap,
                            frontier=frontier, **extra)

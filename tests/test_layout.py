@@ -3,7 +3,8 @@
     course/                what a learner installs and reads: imports nothing outside course/
       the top               the seven stages, the registry and what they need: never a sub-package
       submissions/         the notebook reader and the learner's own stages: the top only
-      loop/                the trainer, models, tasks, rollouts: the top and submissions/
+      frontier/            notebook 11's ungraded losses: the top only
+      loop/                the trainer, models, tasks, rollouts: the top, submissions/, frontier/
       lab/                 notebooks 08-09's experiments and lab: nothing else imports it
       critic/              PPO with a critic, the loop's client: nothing else imports it
     autograder/            grades: imports course/, never instructor/
@@ -13,7 +14,7 @@
     instructor/            releases, deploys, grades a class: nothing imports it
 
 The top is every module directly in `course/` but `course.train`, the one command every user runs
-(`python -m course.train`), which is the door into the loop.
+(`python -m course.train`), which is the door into the loop. It holds at most 16 modules.
 An import inside `if __name__ == "__main__":` is a program's entry point, not a dependency of
 whoever imports the module, so it is not counted.
 Every other import counts, at any depth (a function's own import is a dependency too).
@@ -80,7 +81,9 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab", "course.critic")
+COURSE_PACKAGES = ("course.submissions", "course.frontier", "course.loop", "course.lab",
+                   "course.critic")
+TOP_MODULES_AT_MOST = 16
 
 
 def _top(module: str) -> bool:
@@ -98,6 +101,8 @@ RULES = {
     "course's top never imports a sub-package": lambda a, b: _top(a) and any(_inside(b, p) for p in COURSE_PACKAGES),
     "submissions never import the loop or the lab": lambda a, b: _inside(a, "course.submissions") and (
         _inside(b, "course.loop") or _inside(b, "course.lab")),
+    "frontier imports only the top": lambda a, b: _inside(a, "course.frontier") and any(
+        _inside(b, p) for p in COURSE_PACKAGES if p != "course.frontier"),
     "nothing imports the lab but the lab": lambda a, b: _inside(b, "course.lab") and not _inside(a, "course.lab"),
     "nothing imports the critic but the critic": lambda a, b: _inside(b, "course.critic") and not _inside(a, "course.critic"),
 }
@@ -157,9 +162,26 @@ def test_the_layout_test_sees_each_kind_of_violation():
     planted_rules = {("course.train_step", "course.loop.models"): "course's top never imports a sub-package",
                      ("course.submissions.reader", "course.loop.rollout"): "submissions never import the loop or the lab",
                      ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab",
-                     ("course.loop.train", "course.critic.gae"): "nothing imports the critic but the critic"}
+                     ("course.loop.train", "course.critic.gae"): "nothing imports the critic but the critic",
+                     ("course.train_step", "course.frontier.loss"):
+                         "course's top never imports a sub-package",
+                     ("course.frontier.loss", "course.loop.models"):
+                         "frontier imports only the top"}
     for (a, b), rule in planted_rules.items():
         assert RULES[rule](a, b), rule
     assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")
     assert "course.loop.train" in EDGES["course.train"]  # the command's door into the loop
     assert "course.train" not in EDGES["course.loop.train"]  # one way: the loop knows no command
+
+
+def _top_modules(root: Path = ROOT) -> list[str]:
+    """The modules directly in `course/` (the command and `__init__` included)."""
+    return sorted(p.stem for p in (root / "course").glob("*.py"))
+
+
+def test_the_top_of_course_holds_at_most_16_modules(tmp_path):
+    assert len(_top_modules()) <= TOP_MODULES_AT_MOST, _top_modules()
+    (tmp_path / "course").mkdir()  # the count can fail: 17 planted modules
+    for index in range(TOP_MODULES_AT_MOST + 1):
+        (tmp_path / "course" / f"m{index}.py").touch()
+    assert len(_top_modules(tmp_path)) > TOP_MODULES_AT_MOST

@@ -1,10 +1,10 @@
-"""MaxRL's guard (`course.maxrl`): groups of one and groups whose mean is not positive."""
+"""MaxRL's guard (`course.frontier.maxrl`): groups of one and groups whose mean is not positive."""
 
 import pytest
 import torch
 
 from course.advantages import compute_group_normalized_rewards
-from course.maxrl import maxrl_advantages, maxrl_train_arguments, refuse_negative_rewards
+from course.frontier.maxrl import maxrl_advantages, maxrl_train_arguments, refuse_negative_rewards
 
 
 def test_guarded_maxrl_by_hand():

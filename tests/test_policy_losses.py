@@ -1,4 +1,4 @@
-"""The 2025–26 losses and masks (`course.policy_losses`, `course.trust_region`, `course.frontier_loss`)
+"""The 2025–26 losses and masks (`course.frontier.policy_losses`, `course.frontier.trust_region`, `course.frontier.loss`)
 on numbers worked by hand, each beside the wrong version it exists to catch."""
 
 import math
@@ -6,10 +6,15 @@ import math
 import pytest
 import torch
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
+from course.frontier.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
+from course.frontier.trust_region import (
+    dppo_loss,
+    outlier_mask,
+    sequence_log_ratio,
+    trust_region_mask,
+)
 from course.losses import compute_policy_gradient_loss
-from course.policy_losses import dual_clip_loss, floored_cispo_loss, gmpo_loss, sapo_loss
-from course.trust_region import dppo_loss, outlier_mask, sequence_log_ratio, trust_region_mask
 
 D = torch.float64
 
@@ -50,7 +55,7 @@ def test_gmpo_clips_each_token_in_log_space_then_takes_the_geometric_mean():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     new = torch.full((2, 3), -1.0, dtype=D, requires_grad=True)
     loss = gmpo_loss(new, (new - log_ratio).detach(), torch.tensor([1.0, -1.0], dtype=D), mask,
-                     clip_low=0.4, clip_high=0.4)
+                     clip_lower=0.4, clip_higher=0.4)
     # A = +1: min(log r, 0.4) = (0.3, −0.1, 0.4), mean 0.2: −e^0.2 = −1.2214028 on every token
     # A = −1: max(log r, −0.4) = (−0.4, 0.1), mean −0.15: +e^−0.15 = 0.8607080; 0 off the mask
     expected = t([-math.exp(0.2)] * 3, [math.exp(-0.15)] * 2 + [0.0])
@@ -66,7 +71,7 @@ def test_gmpo_clips_each_token_in_log_space_then_takes_the_geometric_mean():
 def test_dual_clip_bounds_a_bad_tokens_loss_and_leaves_good_tokens_alone():
     new, base = with_ratio([4.0], [0.5])
     advantages = torch.tensor([-1.0, 1.0], dtype=D)
-    loss = dual_clip_loss(new, base, advantages, None, clip_low=0.2, clip_high=0.2,
+    loss = dual_clip_loss(new, base, advantages, None, clip_lower=0.2, clip_higher=0.2,
                           clip_ratio_c=3.0)
     # A = −1, r = 4: PPO's max(4, 1.2) = 4, the dual clip min(4, 3) = 3, and no gradient
     # A = +1, r = 0.5: max(−0.5, −0.8) = −0.5, untouched
@@ -84,7 +89,7 @@ def test_dual_clip_bounds_a_bad_tokens_loss_and_leaves_good_tokens_alone():
 def test_cispo_floor_raises_a_small_weight_to_1_minus_eps_low():
     new, base = with_ratio([0.5], [3.0])
     advantages = torch.tensor([1.0, 1.0], dtype=D)
-    loss = floored_cispo_loss(new, base, advantages, None, clip_low=0.2, clip_high=0.2)
+    loss = floored_cispo_loss(new, base, advantages, None, clip_lower=0.2, clip_higher=0.2)
     # log π = −1; r = 0.5 → weight 0.8: −0.8·1·(−1) = 0.8;  r = 3 → capped at 1.2: 1.2
     assert loss[:, 0].tolist() == pytest.approx([0.8, 1.2], abs=1e-12)
     loss.sum().backward()
@@ -92,7 +97,7 @@ def test_cispo_floor_raises_a_small_weight_to_1_minus_eps_low():
     # stage 4's cispo (capped above only) keeps 0.5: the floor is what differs
     stage_4 = compute_policy_gradient_loss(advantages, new.detach(), "cispo", base, 0.2)[0]
     assert stage_4[:, 0].tolist() == pytest.approx([0.5, 1.2], abs=1e-12)
-    unfloored = floored_cispo_loss(new, base, advantages, None, clip_low=None, clip_high=0.2)
+    unfloored = floored_cispo_loss(new, base, advantages, None, clip_lower=None, clip_higher=0.2)
     assert torch.equal(unfloored.detach(), stage_4)
 
 
@@ -194,16 +199,16 @@ def test_outlier_mask_keeps_ratios_inside_the_bounds():
 @pytest.mark.parametrize("call, argument", [
     (lambda: sapo_loss(t([0.0]), t([0.0]), t(1.0), tau_pos=0), "tau_pos"),
     (lambda: dual_clip_loss(t([0.0]), t([0.0]), t(1.0), clip_ratio_c=1.0), "clip_ratio_c"),
-    (lambda: gmpo_loss(t([0.0]), t([0.0]), t(1.0), clip_low=-1), "clip_low"),
+    (lambda: gmpo_loss(t([0.0]), t([0.0]), t(1.0), clip_lower=-1), "clip_lower"),
     (lambda: sapo_loss(t([0.0]), t([0.0]), t(1.0, 2.0)), "advantages"),
     (lambda: sapo_loss(t([0.0]), t([0.0, 1.0]), t(1.0)), "base_log_probs"),
     (lambda: dppo_loss(t([0.0]), None, t(1.0)), "base_log_probs"),
     (lambda: sequence_log_ratio(t([0.0]), torch.ones(1, 1), "sum"), "level"),
     (lambda: outlier_mask(t([0.0]), torch.ones(1, 1), low=2.0, high=1.0), "low must be"),
-    (lambda: FrontierLoss(method="ppo2"), "method"),
-    (lambda: FrontierLoss(method="sapo", dual_clip=3.0), "dual_clip"),
+    (lambda: FrontierLoss(loss_fn="ppo2"), "loss_fn"),
+    (lambda: FrontierLoss(loss_fn="sapo", dual_clip=3.0), "dual_clip"),
     (lambda: FrontierLoss(ratio_against="ref"), "ratio_against"),
-    (lambda: FrontierLoss(method="dppo"), "trust_region"),
+    (lambda: FrontierLoss(loss_fn="dppo"), "trust_region"),
     (lambda: FrontierLoss(tau_neg=0.0), "tau_neg"),
     (lambda: FrontierLoss(outlier_low=2.0, outlier_high=1.0), "outlier_low"),
 ])

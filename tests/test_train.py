@@ -120,7 +120,7 @@ def test_every_loss_variant_trains(tmp_path, pg_method):
 @pytest.mark.slow
 def test_stage_5s_loss_trains_from_the_command_line(tmp_path):
     """--pg-method dapo runs compute_grpo_loss: with ε_high = ε_low its run is grpo's, weight for weight;
-    `--loss dapo --clip-higher 0.28` trains, with DAPO's bounds in its loss."""
+    `--pg-method dapo --clip-higher 0.28` trains, with DAPO's bounds in its loss."""
     def weights(name, *flags):
         # one rollout of 8 x 8, four updates on it: the last ones are off-policy enough to clip
         main(["--steps", "1", "--eval-problems", "8", "--eval-samples", "1", "--eval-every", "0",
@@ -129,7 +129,7 @@ def test_stage_5s_loss_trains_from_the_command_line(tmp_path):
 
     grpo = weights("grpo", "--pg-method", "grpo")
     dapo = weights("dapo", "--pg-method", "dapo")
-    weights("higher", "--loss", "dapo", "--clip-higher", "0.28")
+    weights("higher", "--pg-method", "dapo", "--clip-higher", "0.28")
     for name, tensor in grpo.items():
         torch.testing.assert_close(dapo[name], tensor, atol=1e-6, rtol=1e-5)
     summary = json.loads((tmp_path / "higher" / "summary.json").read_text())
@@ -267,7 +267,8 @@ def test_compare_writes_figure_and_table(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--losses", "ppo"], "--losses: invalid choice: 'ppo'"),
+    (["--pg-methods", "ppo"], "--pg-methods: invalid choice: 'ppo'"),
+    (["--losses", "grpo"], "unrecognized arguments: --losses"),
     (["--normalizations", "batch"], "--normalizations: invalid choice: 'batch'"),
     (["--seeds", "-1"], "argument --seeds: must be >= 0, got -1"),
     (["--steps", "x"], "argument --steps: expected int, got 'x'"),
@@ -305,7 +306,7 @@ def test_compare_never_writes_into_a_used_folder(tmp_path, capsys):
     (["--temperature", "0"], "--temperature"),
     (["--max-grad-norm", "-1"], "--max-grad-norm"),
     (["--device", "tpu"], "--device"),
-    (["--loss", "ppo"], "--pg-method/--loss"),
+    (["--kl-estimator", "2"], "--kl-estimator"),  # the names only, no numbers
     (["--clip-higher", "0.28"], "--clip-higher"),
     (["--pg-method", "dapo", "--clip-higher", "-1"], "--clip-higher"),
     (["--prompts-per-step", "2", "--group-size", "2", "--gradient-accumulation-steps", "5"],

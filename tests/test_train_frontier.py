@@ -1,5 +1,5 @@
-"""`python -m course.train` with the losses of 2025–26 (`course.frontier_loss`) and MaxRL's guard
-(`course.maxrl`): each option trains a couple of steps, reaches the loss it names, and a bad value
+"""`python -m course.train` with the losses of 2025–26 (`course.frontier.loss`) and MaxRL's guard
+(`course.frontier.maxrl`): each option trains a couple of steps, reaches the loss it names, and a bad value
 is a usage error naming its flag; two gloo ranks make the single-process run's updates."""
 
 import os
@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from course.frontier_loss import FrontierLoss
+from course.frontier.loss import FrontierLoss
 from course.loop.plotting import read_metrics
 from course.loop.train import TrainConfig, advantage_arguments, loss_arguments, train
 from course.train import main
@@ -25,16 +25,17 @@ def tiny(**overrides) -> TrainConfig:
 
 # (flags as TrainConfig fields, the FrontierLoss fields they must set)
 OPTIONS = {
-    "sapo": (dict(pg_method="sapo", sapo_tau_neg=1.2), dict(method="sapo", tau_neg=1.2)),
+    "sapo": (dict(pg_method="sapo", sapo_tau_neg=1.2), dict(loss_fn="sapo", tau_neg=1.2)),
     "gmpo": (dict(pg_method="gmpo", cliprange=0.4, clip_higher=0.3),
-             dict(method="gmpo", clip_low=0.4, clip_high=0.3)),
+             dict(loss_fn="gmpo", clip_lower=0.4, clip_higher=0.3)),
     "dppo": (dict(pg_method="dppo", trust_region=0.1),
-             dict(method="dppo", trust_region=0.1, ratio_kl=1e-3)),
+             dict(loss_fn="dppo", trust_region=0.1, ratio_kl=1e-3)),
     "dual-clip": (dict(pg_method="dapo", dual_clip=3.0, clip_higher=0.28, updates_per_rollout=2),
-                  dict(method="ppo", dual_clip=3.0, clip_high=0.28)),
-    "cispo-floor": (dict(pg_method="cispo", cispo_floor=True), dict(method="cispo", cispo_floor=True)),
+                  dict(loss_fn="dapo", dual_clip=3.0, clip_higher=0.28)),
+    "cispo-floor": (dict(pg_method="cispo", cispo_floor=True),
+                    dict(loss_fn="cispo", cispo_floor=True)),
     "sampler": (dict(pg_method="grpo", ratio_against="sampler", sampler_dtype="bfloat16"),
-                dict(method="ppo", ratio_against="sampler")),
+                dict(loss_fn="dapo", ratio_against="sampler")),
     "outlier": (dict(pg_method="sapo", outlier_low=0.5, outlier_high=2.0, updates_per_rollout=2),
                 dict(outlier_low=0.5, outlier_high=2.0)),
 }

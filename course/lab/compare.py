@@ -40,7 +40,6 @@ from course.cli import (
 )
 from course.loop.train_config import (
     CHOICES,
-    FLAG_ALIASES,
     ConfigError,
     TrainConfig,
     flag_types,
@@ -180,15 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/compare"),
                         help="folder for the runs, compare.png, compare.md and compare.json")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
-    parser.add_argument("--pg-methods", "--losses", dest="pg_methods", nargs="+", choices=RUN_PG_METHODS,
-                        default=list(PG_METHODS), help="the policy-gradient losses to train with "
-                        "(--losses: its name before, for one release)")
+    parser.add_argument("--pg-methods", nargs="+", choices=RUN_PG_METHODS, default=list(PG_METHODS),
+                        help="the policy-gradient losses to train with")
     parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])
     # a run of no steps has no last step to read the entropy and KL of
     types = {**flag_types(), "steps": flag_type(int, lambda value: out_of_range(value, 1, True))}
     parser.add_argument("--seeds", nargs="+", type=types["seed"], default=[0])
-    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=types,
-                         aliases=FLAG_ALIASES)
+    add_config_arguments(parser, TrainConfig, choices=CHOICES, exclude=PER_RUN, types=types)
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")

@@ -25,15 +25,17 @@ stage, the default is the edition's own `notebooks/`.
 What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
 `benchmarks/bench_train.py`).
 `python -m course.lab.compare` runs the loss variants side by side.
-`course.loop.step_arguments` turns a config into the train step's loss and advantage arguments.
+`course.loop.step_arguments` turns a config into the train step's loss and advantage arguments;
+`course.loop.rollout_scores` scores a rollout batch before the update.
 
 A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.models.load_pretrained`;
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
 problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.loop.filters`),
 `--overlong filter|soft`, `--is-level`/`--is-mode` (`course.loop.importance`), `--entropy-coef`
-(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26 (`course.frontier_loss`):
-`--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`, `--ratio-against sampler`,
-`--outlier-low/--outlier-high`; MaxRL's guard (`course.maxrl`) with `--advantage-normalizer mean`.
+(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26
+(`course.frontier.loss`): `--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`,
+`--ratio-against sampler`, `--outlier-low/--outlier-high`; MaxRL's guard (`course.frontier.maxrl`)
+with `--advantage-normalizer mean`.
 """
 
 from __future__ import annotations
@@ -45,23 +47,18 @@ import os
 import platform
 import random
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from course.distributed import rank_and_world_size
+from course.frontier.maxrl import refuse_negative_rewards
 from course.loop.entropy_bonus import train_step_with_entropy_bonus
-from course.loop.filters import (
-    informative_groups,
-    keep_groups,
-    regroup_over_ranks,
-    truncated_rows,
-    with_soft_overlong_penalty,
-)
+from course.loop.filters import with_soft_overlong_penalty
 from course.loop.gsm8k import GSM8KTask, load_gsm8k_jsonl, load_hub_gsm8k
-from course.loop.importance import as_sampler_log_probs, importance_weights
 from course.loop.models import (
     add_lora,
     enable_gradient_checkpointing,
@@ -70,12 +67,12 @@ from course.loop.models import (
 )
 from course.loop.plotting import plot_training_curves
 from course.loop.progress import progress_bar
-from course.loop.rollout import (
-    RolloutBatch,
-    evaluate,
-    sample_groups,
-    score_tokens,
-    tokenize_rollouts,
+from course.loop.rollout import RolloutBatch, evaluate, sample_groups
+from course.loop.rollout_scores import (
+    group_signal,
+    informative_rollouts,
+    reduce_over_ranks,
+    rollout_log_probs,
 )
 from course.loop.step_arguments import advantage_arguments, loss_arguments
 from course.loop.tasks import ADDITION, Task
@@ -90,9 +87,6 @@ from course.loop.train_config import (  # re-exported: `from course.loop.train i
     temperature_problem,
     validate,
 )
-from course.maxrl import refuse_negative_rewards
-from course.metrics import compare_logprobs
-from course.off_policy import estimate_kl
 from course.submissions.implementations import Implementations
 from course.train_step import grpo_train_step
 
@@ -138,20 +132,6 @@ def load_policy(config: TrainConfig):
     return policy, tokenizer
 
 
-def _reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict[str, float]:
-    """Sum `sums` and take the max of `maxima` over ranks (identity in one process)."""
-    _, world_size = rank_and_world_size()
-    if world_size == 1:
-        return {**sums, **maxima}
-    reduced = {}
-    for values, op in ((sums, dist.ReduceOp.SUM), (maxima, dist.ReduceOp.MAX)):
-        keys = sorted(values)
-        stacked = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
-        dist.all_reduce(stacked, op=op)
-        reduced.update(zip(keys, stacked.tolist()))
-    return reduced
-
-
 def held_out_accuracy(model, tokenizer, config: TrainConfig, task: Task = ADDITION) -> dict[str, float]:
     """Answer accuracy on the held-out problems: sampled at temperature 1, and greedy."""
     test = list(task.problems("test"))
@@ -164,81 +144,30 @@ def held_out_accuracy(model, tokenizer, config: TrainConfig, task: Task = ADDITI
             "heldout_accuracy_greedy": greedy["answer_reward"]}
 
 
-def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, config: TrainConfig,
-                      rescore: bool) -> tuple[dict[str, torch.Tensor | None], dict[str, float]]:
-    """Old, reference and (where they correct anything) sampler log-probs (B, T), and rollout statistics over ranks.
+@dataclass
+class Run:
+    """What the steps of one run share: the models, the optimizer, the task and the train step."""
 
-    A float32 sampler of the tiny model is the policy itself, so its log-probs are the old ones (no
-    extra forward). Otherwise (`rescore`: a bf16 sampler, or a real model, whose BPE tokenizer can
-    re-encode a sample differently) the policy re-scores the batch; a re-encoded row keeps weight 1.
-    The importance weights of `--is-level/--is-mode` (`course.loop.importance`) and the overlong filter
-    reach the train step as the sampler log-probs that make its min(π_old/π_sampler, cap) apply
-    them. Token means (KL to the reference, the mismatch) are global: per-rank sums over per-rank counts.
-    """
-    tokens = tokenize_rollouts(tokenizer, rollouts, retokenized="nan" if rescore else "raise")
-    mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
-    # every log-prob is of softmax(z/τ), the distribution sampled at τ = config.temperature
-    old_log_probs = score_tokens(policy, tokens, config.temperature) if rescore else sampler_log_probs
-    retokenized = sampler_log_probs.isnan()                                          # (B, T)
-    sampler_log_probs = torch.where(retokenized, old_log_probs, sampler_log_probs)
-    count = float(mask.sum())
-    token_means, maxima, ref_log_probs = {}, {}, None
-    if reference is not None:
-        ref_log_probs = score_tokens(reference, tokens, config.temperature)
-        kl = estimate_kl(old_log_probs, ref_log_probs, estimator="k3")               # (B, T)
-        token_means["kl_to_reference"] = float((kl * mask).sum()) / max(count, 1)
-    weights = None
-    if rescore:
-        mismatch = compare_logprobs(sampler_log_probs, old_log_probs, mask)
-        maxima["logprob_diff_max"] = mismatch.pop("logprob_diff_max")
-        token_means.update(mismatch)
-        token_means["retokenized_fraction"] = float((retokenized & mask.bool()).sum()) / max(count, 1)
-        weights = importance_weights(old_log_probs, sampler_log_probs, mask, config.is_level,
-                                     config.is_mode, config.tis_cap)
-        changed = weights >= config.tis_cap if config.is_mode == "truncate" else weights == 0
-        token_means["tis_weight_mean"] = float(weights.sum()) / max(count, 1)
-        token_means["tis_capped_fraction"] = float((changed & mask.bool()).sum()) / max(count, 1)
-    if config.overlong == "filter":
-        kept = ~torch.tensor(truncated_rows(rollouts, tokenizer.eos_token))[:, None]  # (B, 1)
-        weights = (mask.float() if weights is None else weights) * kept
-        token_means["overlong_filtered_fraction"] = float((~kept * mask.bool()).sum()) / max(count, 1)
-    sums = {key: value * count for key, value in token_means.items()}
-    reduced = _reduce_over_ranks({**sums, "tokens": count, "rows": float(len(rollouts))}, maxima)
-    tokens_total = max(reduced.pop("tokens"), 1.0)
-    stats = {key: reduced[key] / tokens_total for key in token_means}
-    stats.update({key: reduced[key] for key in maxima})
-    stats["response_length"] = tokens_total / reduced["rows"]
-    stats["generated_tokens"] = tokens_total
-    plain_tis = config.is_level == "token" and config.is_mode == "truncate" and config.overlong != "filter"
-    if weights is not None and not plain_tis:
-        sampler_log_probs = as_sampler_log_probs(old_log_probs, weights, mask)
-    log_probs = {"old_log_probs": old_log_probs, "ref_log_probs": ref_log_probs,
-                 "sampler_log_probs": sampler_log_probs if weights is not None else None}
-    return log_probs, stats
+    config: TrainConfig
+    train_step: Callable
+    policy: torch.nn.Module
+    tokenizer: object
+    task: Task
+    reward_fn: Callable
+    reference: torch.nn.Module | None  # π_ref: the starting policy, frozen
+    sampler: torch.nn.Module  # the policy, or its bf16 copy (--sampler-dtype)
+    model: torch.nn.Module  # the policy, in DistributedDataParallel under torchrun
+    optimizer: torch.optim.Optimizer
+    rescore: bool  # the sampler's log-probs are not π_old's: score the batch again
+    rank: int
+    world_size: int
 
 
-def group_signal(rollouts: RolloutBatch, reward_fn, config: TrainConfig) -> list[bool]:
-    """Per group of this rank's rollouts: True where its rewards are not all equal (`course.loop.filters`);
-    a constant group has zero advantages and gives no gradient."""
-    rewards = [reward_fn(response, truth)["reward"]
-               for response, truth in zip(rollouts.responses, rollouts.repeated_ground_truths)]
-    return informative_groups(rewards, config.group_size, config.dynamic_sampling_tolerance)
-
-
-def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: TrainConfig) -> tuple[RolloutBatch, int]:
-    """Dynamic sampling: this rank's share of every rank's groups where `keep` (`group_signal`),
-    and how many such groups there are over all ranks."""
-    return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)
-
-
-def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
-          implementations: Implementations | None = None, task: Task | None = None) -> dict:
-    """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
-    `implementations`: whose graded functions take the optimizer step (default: the reference's).
-    `task`: what to train on instead of `config.task`'s (its `reward` trains, its `answer_reward`
-    is the held-out accuracy; `course.lab.failure_runs` passes a reward with a loophole)."""
+def checked_train_step(config: TrainConfig, implementations: Implementations | None,
+                       world_size: int) -> Callable:
+    """The train step that takes the optimizer steps (the learner's, or the reference's), once
+    `config` and what that step can train with are checked (ConfigError); with the entropy bonus."""
     train_step = implementations["grpo_train_step"] if implementations else grpo_train_step
-    rank, world_size = rank_and_world_size()
     validate(config, world_size)
     if problem := temperature_problem(train_step):
         raise ConfigError("temperature", problem)
@@ -249,41 +178,59 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
     if config.entropy_coef:
         train_step = functools.partial(train_step_with_entropy_bonus, train_step,
                                        entropy_coef=config.entropy_coef)
+    return train_step
+
+
+def start_run(config: TrainConfig, train_step: Callable, task: Task | None) -> Run:
+    """Seed torch, load the policy and its task, copy the reference and the sampler, and build
+    the optimizer (of the LoRA adapters only, with LoRA)."""
+    rank, world_size = rank_and_world_size()
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    start = time.time()
     policy, tokenizer = load_policy(config)
     policy.to(resolve_device(config.device))
     task = load_task(config, tokenizer) if task is None else task
     reward_fn = task.reward_fn
     if config.overlong == "soft":
-        reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens, config.overlong_buffer)
+        reward_fn = with_soft_overlong_penalty(reward_fn, tokenizer, config.max_new_tokens,
+                                               config.overlong_buffer)
     if config.advantage_normalizer == "mean":  # MaxRL: rewards below 0 are refused as they come
         reward_fn = refuse_negative_rewards(reward_fn)
     # the tiny model always keeps its starting point (the KL panel); a real one only for the KL penalty
     needs_reference = config.kl_beta > 0 or not config.model
     reference = copy.deepcopy(policy).eval().requires_grad_(False) if needs_reference else None
     separate_sampler = config.sampler_dtype != "float32"
-    rescore = separate_sampler or bool(config.model)
     sampler = copy.deepcopy(policy).to(torch.bfloat16).eval() if separate_sampler else policy
     model = torch.nn.parallel.DistributedDataParallel(policy) if world_size > 1 else policy
     trained = [p for p in policy.parameters() if p.requires_grad]  # LoRA: the adapters only
     optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
+    return Run(config, train_step, policy, tokenizer, task, reward_fn, reference, sampler, model,
+               optimizer, separate_sampler or bool(config.model), rank, world_size)
 
+
+def problem_pool(config: TrainConfig, task: Task) -> list:
+    """The training problems in the run's order (ConfigError when a step would need more)."""
     train_problems = list(task.problems("train"))
     if len(train_problems) < config.prompts_per_step:
         raise ConfigError("prompts_per_step", f"({config.prompts_per_step}) must be at most the "
                           f"{len(train_problems)} training problems of --task {config.task}")
-    pool = random.Random(config.seed).sample(train_problems, len(train_problems))
-    problem_rng = random.Random(config.seed)
-    per_rank = config.prompts_per_step // world_size
-    constant = (config.normalization_constant or config.prompts_per_step * config.group_size
-                * config.max_new_tokens) if config.normalization == "constant" else None
-    needs_old = config.pg_method != "none"
+    return random.Random(config.seed).sample(train_problems, len(train_problems))
 
+
+def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
+          implementations: Implementations | None = None, task: Task | None = None) -> dict:
+    """Run GRPO with `config`; write metrics, summary and plots to `out`. Returns the summary.
+    `implementations`: whose graded functions take the optimizer step (default: the reference's).
+    `task`: what to train on instead of `config.task`'s (its `reward` trains, its `answer_reward`
+    is the held-out accuracy; `course.lab.failure_runs` passes a reward with a loophole)."""
+    train_step = checked_train_step(config, implementations, rank_and_world_size()[1])
+    start = time.time()
+    run = start_run(config, train_step, task)
+    pool, problem_rng = problem_pool(config, run.task), random.Random(config.seed)
+    rank = run.rank
     records: list[dict] = []
-    before = held_out_accuracy(policy, tokenizer, config, task) if rank == 0 else {}
+    before = held_out_accuracy(run.policy, run.tokenizer, config, run.task) if rank == 0 else {}
     metrics_file = None
     if out is not None and rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -294,96 +241,130 @@ def train(config: TrainConfig, out: Path | None = None, progress: bool = True,
                        enabled=progress and rank == 0)
     try:
         for step in bar:
-            step_start = time.time()
-            problems = problem_rng.sample(pool, config.prompts_per_step)[rank * per_rank:(rank + 1) * per_rank]
-            if separate_sampler:
-                sampler.load_state_dict(policy.state_dict())
-            policy.eval()
-            rollouts = sample_groups(sampler, tokenizer, problems, config.group_size, config.seed, step,
-                                     first_index=rank * per_rank, max_new_tokens=config.max_new_tokens,
-                                     temperature=config.temperature, task=task)
-            kept_groups, signal = None, group_signal(rollouts, reward_fn, config)
-            groups_with_signal = _reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
-            if config.dynamic_sampling:
-                rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
-                if kept_groups < world_size:  # too few groups left for every rank: no update this step
-                    if rank == 0:
-                        records.append({"step": step, "kept_groups": kept_groups, "skipped_update": 1.0})
-                    continue
-            log_probs, stats = rollout_log_probs(policy, reference, tokenizer, rollouts, config, rescore)
-            policy.train()
-            for _ in range(config.updates_per_rollout):
-                _, metadata = train_step(
-                    model, tokenizer, optimizer, min(config.gradient_accumulation_steps, len(rollouts)),
-                    config.max_grad_norm or None, reward_fn, rollouts.repeated_prompts,
-                    rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
-                    **advantage_arguments(config),
-                    old_log_probs=log_probs["old_log_probs"] if needs_old else None,
-                    loss_normalization=config.normalization, normalization_constant=constant,
-                    **loss_arguments(config),
-                    ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
-                    sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
-                    temperature=config.temperature,
-                )
-            # The train step's statistics are per rank for rewards (equal row counts: mean of means).
-            # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
-            rows = float(len(rollouts)) * world_size / (config.prompts_per_step * config.group_size
-                                                        if kept_groups is None else kept_groups * config.group_size)
-            rewards = _reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
-            seconds = time.time() - step_start
-            generated_tokens = stats.pop("generated_tokens")
-            if kept_groups is not None:
-                stats["kept_groups"] = kept_groups
-            stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
-            record = {"step": step, **stats, **rewards,
-                      "token_entropy": float(metadata["token_entropy"]),
-                      **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
-                      "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
-                      "gradient_norm": float(metadata["gradient_norm"]),
-                      "loss": float(metadata["loss"]),
-                      "tokens_per_second": generated_tokens / seconds,
-                      "step_seconds": seconds}
-            if rank == 0 and config.eval_every and step % config.eval_every == 0 and step < config.steps:
-                record.update(held_out_accuracy(policy, tokenizer, config, task))
-            if rank == 0:
-                records.append(record)
-                if metrics_file:
-                    metrics_file.write(json.dumps(record) + "\n")
-                    metrics_file.flush()
-                bar.set_postfix(reward=f"{record['reward_mean']:.2f}", entropy=f"{record['token_entropy']:.2f}")
+            drawn = problem_rng.sample(pool, config.prompts_per_step)
+            record = rollout_and_update(run, step, drawn)
+            if rank != 0:
+                continue
+            records.append(record)
+            if "skipped_update" in record:
+                continue
+            if config.eval_every and step % config.eval_every == 0 and step < config.steps:
+                record.update(held_out_accuracy(run.policy, run.tokenizer, config, run.task))
+            if metrics_file:
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+            bar.set_postfix(reward=f"{record['reward_mean']:.2f}",
+                            entropy=f"{record['token_entropy']:.2f}")
     except KeyboardInterrupt:  # Ctrl-C: stop at once, and say what was done (`result_text`)
         if metrics_file:
             metrics_file.close()
         return {"interrupted": True, "steps_done": len(records), "steps": config.steps,
                 "wall_seconds": time.time() - start} if rank == 0 else {}
+    if rank != 0:
+        return {}
+    if metrics_file:
+        metrics_file.close()
+    return finish_run(run, records, before, start, out, implementations)
 
-    summary = {}
-    if rank == 0:
-        after = held_out_accuracy(policy, tokenizer, config, task)
+
+def rollout_and_update(run: Run, step: int, drawn: list) -> dict:
+    """One step: sample this rank's share of the `drawn` problems, score them, take the
+    optimizer steps; the step's record (`{"skipped_update": 1.0, ...}` when dynamic sampling
+    left too few groups for every rank)."""
+    config, rank, world_size = run.config, run.rank, run.world_size
+    step_start = time.time()
+    per_rank = config.prompts_per_step // world_size
+    problems = drawn[rank * per_rank:(rank + 1) * per_rank]
+    if run.sampler is not run.policy:
+        run.sampler.load_state_dict(run.policy.state_dict())
+    run.policy.eval()
+    rollouts = sample_groups(run.sampler, run.tokenizer, problems, config.group_size, config.seed,
+                             step, first_index=rank * per_rank,
+                             max_new_tokens=config.max_new_tokens,
+                             temperature=config.temperature, task=run.task)
+    kept_groups, signal = None, group_signal(rollouts, run.reward_fn, config)
+    groups_with_signal = reduce_over_ranks({"signal": sum(signal), "groups": len(signal)}, {})
+    if config.dynamic_sampling:
+        rollouts, kept_groups = informative_rollouts(rollouts, signal, config)
+        if kept_groups < world_size:  # too few groups left for every rank: no update this step
+            return {"step": step, "kept_groups": kept_groups, "skipped_update": 1.0}
+    log_probs, stats = rollout_log_probs(run.policy, run.reference, run.tokenizer, rollouts, config,
+                                         run.rescore)
+    run.policy.train()
+    metadata = update(run, rollouts, log_probs)
+    # The train step's statistics are per rank for rewards (equal row counts: mean of means).
+    # (rows differ between ranks after dynamic sampling: weigh each rank's means by its rows)
+    groups = config.prompts_per_step if kept_groups is None else kept_groups
+    rows = float(len(rollouts)) * world_size / (groups * config.group_size)
+    rewards = reduce_over_ranks({k: metadata[k] * rows / world_size for k in REWARD_KEYS}, {})
+    seconds = time.time() - step_start
+    generated_tokens = stats.pop("generated_tokens")
+    if kept_groups is not None:
+        stats["kept_groups"] = kept_groups
+    stats["groups_with_signal"] = groups_with_signal["signal"] / groups_with_signal["groups"]
+    return {"step": step, **stats, **rewards,
+            "token_entropy": float(metadata["token_entropy"]),
+            **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
+            "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
+            "gradient_norm": float(metadata["gradient_norm"]),
+            "loss": float(metadata["loss"]),
+            "tokens_per_second": generated_tokens / seconds,
+            "step_seconds": seconds}
+
+
+def update(run: Run, rollouts: RolloutBatch, log_probs: dict) -> dict:
+    """`updates_per_rollout` optimizer steps of the train step on one rollout batch; the last
+    step's metadata."""
+    config = run.config
+    constant = (config.normalization_constant or config.prompts_per_step * config.group_size
+                * config.max_new_tokens) if config.normalization == "constant" else None
+    needs_old = config.pg_method != "none"
+    for _ in range(config.updates_per_rollout):
+        _, metadata = run.train_step(
+            run.model, run.tokenizer, run.optimizer,
+            min(config.gradient_accumulation_steps, len(rollouts)),
+            config.max_grad_norm or None, run.reward_fn, rollouts.repeated_prompts,
+            rollouts.responses, rollouts.repeated_ground_truths, config.group_size,
+            **advantage_arguments(config),
+            old_log_probs=log_probs["old_log_probs"] if needs_old else None,
+            loss_normalization=config.normalization, normalization_constant=constant,
+            **loss_arguments(config),
+            ref_log_probs=log_probs["ref_log_probs"] if config.kl_beta > 0 else None,
+            sampler_log_probs=log_probs["sampler_log_probs"], tis_cap=config.tis_cap,
+            temperature=config.temperature,
+        )
+    return metadata
+
+
+def finish_run(run: Run, records: list[dict], before: dict, start: float, out: Path | None,
+               implementations: Implementations | None) -> dict:
+    """Rank 0 after the last step: the final evaluation, the summary, and (with `out`) the
+    metrics, summary, curves and weights written."""
+    config = run.config
+    after = held_out_accuracy(run.policy, run.tokenizer, config, run.task)
+    if records:
+        records[-1].update(after)
+    summary = {
+        "accuracy_before": before["heldout_accuracy_sampled"],
+        "accuracy_after": after["heldout_accuracy_sampled"],
+        "greedy_accuracy_before": before["heldout_accuracy_greedy"],
+        "greedy_accuracy_after": after["heldout_accuracy_greedy"],
+        "format_before": before["heldout_format_sampled"],
+        "format_after": after["heldout_format_sampled"],
+        "wall_seconds": time.time() - start,
+        "world_size": run.world_size,
+        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
+                   f"torch {torch.__version__}, {torch.get_num_threads()} threads/process",
+        "config": asdict(config),
+        "implementations": implementations.origins if implementations else "reference",
+    }
+    if out is not None:
         if records:
-            records[-1].update(after)
-        summary = {
-            "accuracy_before": before["heldout_accuracy_sampled"],
-            "accuracy_after": after["heldout_accuracy_sampled"],
-            "greedy_accuracy_before": before["heldout_accuracy_greedy"],
-            "greedy_accuracy_after": after["heldout_accuracy_greedy"],
-            "format_before": before["heldout_format_sampled"],
-            "format_after": after["heldout_format_sampled"],
-            "wall_seconds": time.time() - start,
-            "world_size": world_size,
-            "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
-                       f"torch {torch.__version__}, {torch.get_num_threads()} threads/process",
-            "config": asdict(config),
-            "implementations": implementations.origins if implementations else "reference",
-        }
-        if out is not None:
-            metrics_file.close()
-            if records:
-                # rewrite so that the last record carries the final evaluation too
-                (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-            (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-            plot_training_curves(records, before, out / "training_curves.png")
-            torch.save({k: v.cpu() for k, v in policy.state_dict().items()}, out / "policy.pt")
+            # rewrite so that the last record carries the final evaluation too
+            (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        plot_training_curves(records, before, out / "training_curves.png")
+        torch.save({k: v.cpu() for k, v in run.policy.state_dict().items()}, out / "policy.pt")
     return summary
 
 

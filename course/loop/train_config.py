@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from course.variants import (
     GRPO_LOSS_FNS,
     IS_LEVELS,
     IS_MODES,
-    KL_ESTIMATOR_NUMBERS,
     KL_ESTIMATORS,
     LOSS_NORMALIZATIONS,
     MODEL_DTYPES,
@@ -59,26 +57,61 @@ RATIO_PG_METHODS = ("grpo", "dapo", "cispo") + FRONTIER_PG_METHODS
 
 @dataclass
 class TrainConfig:
-    """Everything one GRPO run depends on; `python -m course.train --help` lists it."""
+    """Everything one GRPO run depends on; `python -m course.train --help` lists it, one flag per
+    field (`--kebab-case`). The fields are in sections by what they govern: what is trained,
+    sampling, the advantages, the loss, optimization, evaluation and the machine; where the run
+    writes is the command's own `--out`."""
 
+    # --- What is trained: the policy and its task
     checkpoint: str = str(WARM_START)
     """Folder with the starting policy and tokenizer (`save_model_and_tokenizer` format)."""
+    model: str = ""
+    """A Hugging Face causal LM to train instead of --checkpoint: a local folder, or a hub id with --allow-download."""
+    allow_download: bool = False
+    """Let --model and --data name something on the Hugging Face hub, and download it."""
+    model_dtype: str = "float32"
+    """Weights of --model: float32, bfloat16 (log-probs are still float32) or float16."""
+    task: str = "addition"
+    """What to train on: addition (synthetic) or gsm8k (GSM8K-format problems from --data)."""
+    data: str = ""
+    """For --task gsm8k: a GSM8K-format JSONL file, or a hub dataset name with --allow-download."""
+
+    # --- Sampling: the rollouts of each step
     steps: int = 500
     """Rollout batches (each followed by `updates_per_rollout` optimizer steps)."""
     prompts_per_step: int = 8
     """Problems per rollout batch, over all ranks; must divide evenly among them."""
     group_size: int = 8
     """G: responses sampled per problem; advantages compare a response with its group."""
-    lr: float = 1e-4
-    """AdamW learning rate, constant; ten times below the warm start's 1e-3. At 2e-4 (8 x 8 rollouts
-    per step) greedy accuracy fell from 0.93 to 0.69: the policy collapsed onto wrong answers."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
+    max_new_tokens: int = 16
+    """Longest response; a complete answer takes 7 or 8 tokens."""
+    temperature: float = 1.0
+    """Sampling temperature τ of the rollouts; the sampler, π_old, π_θ and the reference are all scored as
+    softmax(logits / τ), the distribution sampled from (held-out accuracy stays sampled at 1)."""
+    sampler_dtype: str = "float32"
+    """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (within --dynamic-sampling-tolerance) before the update (DAPO)."""
+    dynamic_sampling_tolerance: float = 1e-6
+    """A group is constant when max − min of its rewards is at most this."""
+    overlong: str = "none"
+    """Truncated responses: none, filter (no policy-gradient term) or soft (DAPO's length penalty)."""
+    overlong_buffer: int = 4
+    """L_c of the soft overlong penalty: it ramps from 0 to −1 over the last this many tokens."""
+
+    # --- The advantages
+    baseline: str = "mean"
+    """Advantage baseline: mean (GRPO) or none (rejection-sampling fine-tuning)."""
+    advantage_normalizer: str = "std"
+    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
+
+    # --- The loss: the policy gradient (stages 4 and 5), notebook 11's options, the
+    # normalization, the penalties and the sampler correction
     pg_method: str = "grpo"
     """Policy-gradient loss: none (REINFORCE), noclip, grpo (PPO clip), gspo (stage 4's
     compute_policy_gradient_loss), dapo, cispo (stage 5's compute_grpo_loss, open-instruct's), or
     sapo (soft gate, arXiv 2511.20347), gmpo (clipped geometric mean, arXiv 2507.20673), dppo
-    (probability trust region, arXiv 2602.04879; prime-rl's default), from course.frontier_loss."""
+    (probability trust region, arXiv 2602.04879; prime-rl's default), from course.frontier.loss."""
     cliprange: float = 0.2
     """ε of the clipped losses (grpo, gspo); ε_low of dapo, clipping the ratio below at 1 − ε; gmpo's
     bound in log space, log r ≥ −ε (the GMPO paper uses 0.4)."""
@@ -110,36 +143,42 @@ class TrainConfig:
     """Loss normalization: sequence (GRPO), token (DAPO), constant (Dr. GRPO)."""
     normalization_constant: float = 0.0
     """C for constant normalization; 0 means rollouts per step × max_new_tokens."""
-    baseline: str = "mean"
-    """Advantage baseline: mean (GRPO) or none (rejection-sampling fine-tuning)."""
-    advantage_normalizer: str = "std"
-    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
+    kl_beta: float = 0.0
+    """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
+    kl_estimator: str = "k3"
+    """Estimator of the KL penalty: k1 (δ), k2 (δ²/2), k3 (exp(−δ) − 1 + δ), ratio_k1 (ratio·δ)."""
+    tis_cap: float = 2.0
+    """Cap of the truncated importance weights min(π_old/π_sampler, cap) that correct the loss for a
+    bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
+    is_level: str = "token"
+    """Importance ratio of the sampler correction: token, sequence (product) or geometric (mean)."""
+    is_mode: str = "truncate"
+    """Above --tis-cap: truncate (min(ρ, cap)) or mask (weight 0)."""
+    entropy_coef: float = 0.0
+    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.loop.entropy_bonus; 0: none)."""
+
+    # --- Optimization: the update
+    lr: float = 1e-4
+    """AdamW learning rate, constant; ten times below the warm start's 1e-3. At 2e-4 (8 x 8 rollouts
+    per step) greedy accuracy fell from 0.93 to 0.69: the policy collapsed onto wrong answers."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
     updates_per_rollout: int = 1
     """Optimizer steps per rollout batch; above 1 the policy moves off the sampler and clipping acts."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step on each rank; the update does not depend on it."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this (0 disables clipping)."""
-    max_new_tokens: int = 16
-    """Longest response; a complete answer takes 7 or 8 tokens."""
-    temperature: float = 1.0
-    """Sampling temperature τ of the rollouts; the sampler, π_old, π_θ and the reference are all scored as
-    softmax(logits / τ), the distribution sampled from (held-out accuracy stays sampled at 1)."""
-    sampler_dtype: str = "float32"
-    """Precision of the sampling copy of the policy: float32 (the policy itself) or bfloat16."""
-    tis_cap: float = 2.0
-    """Cap of the truncated importance weights min(π_old/π_sampler, cap) that correct the loss for a
-    bf16 sampler (truncated importance sampling, applied only when sampler_dtype is bfloat16)."""
-    kl_beta: float = 0.0
-    """β of the KL penalty β·KL(π ‖ π_ref) to the starting policy, added to every token's loss (0: none)."""
-    kl_estimator: str = "k3"
-    """Estimator of the KL penalty: k1 (δ), k2 (δ²/2), k3 (exp(−δ) − 1 + δ), ratio_k1 (ratio·δ)."""
+
+    # --- Evaluation: the held-out accuracy
     eval_problems: int = 500
     """Held-out problems for the accuracy reports (at least 200 for the course's bar)."""
     eval_samples: int = 4
     """Samples per held-out problem for the sampled (temperature 1) accuracy."""
     eval_every: int = 100
     """Evaluate every this many steps (0: only before and after training)."""
+
+    # --- The machine: where and how the run computes (its output is --out, a flag of the command)
     seed: int = 0
     """Seeds the problem order, the rollout sampling and torch."""
     device: str = "cpu"
@@ -147,36 +186,12 @@ class TrainConfig:
     threads: int = 1
     """torch CPU threads per process (0: torch's default). A 1M-parameter model runs fastest on one:
     its matrices are too small to split, and on a busy machine extra threads wait on each other."""
-    model: str = ""
-    """A Hugging Face causal LM to train instead of --checkpoint: a local folder, or a hub id with --allow-download."""
-    allow_download: bool = False
-    """Let --model and --data name something on the Hugging Face hub, and download it."""
-    model_dtype: str = "float32"
-    """Weights of --model: float32, bfloat16 (log-probs are still float32) or float16."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (less memory, about a third more compute)."""
     lora_rank: int = 0
     """Train LoRA adapters of this rank instead of every weight (0: full fine-tuning; needs .[lora])."""
     logits_chunk_size: int = 0
     """Positions per output-head tile when scoring (course.chunked_head; 0: the plain head; not under DDP)."""
-    task: str = "addition"
-    """What to train on: addition (synthetic) or gsm8k (GSM8K-format problems from --data)."""
-    data: str = ""
-    """For --task gsm8k: a GSM8K-format JSONL file, or a hub dataset name with --allow-download."""
-    dynamic_sampling: bool = False
-    """Drop groups whose rewards are all equal (within --dynamic-sampling-tolerance) before the update (DAPO)."""
-    dynamic_sampling_tolerance: float = 1e-6
-    """A group is constant when max − min of its rewards is at most this."""
-    overlong: str = "none"
-    """Truncated responses: none, filter (no policy-gradient term) or soft (DAPO's length penalty)."""
-    overlong_buffer: int = 4
-    """L_c of the soft overlong penalty: it ramps from 0 to −1 over the last this many tokens."""
-    is_level: str = "token"
-    """Importance ratio of the sampler correction: token, sequence (product) or geometric (mean)."""
-    is_mode: str = "truncate"
-    """Above --tis-cap: truncate (min(ρ, cap)) or mask (weight 0)."""
-    entropy_coef: float = 0.0
-    """c of the entropy bonus −c · H added to the loss, normalized as the loss is (course.loop.entropy_bonus; 0: none)."""
 
 
 class ConfigError(ValueError):
@@ -278,7 +293,8 @@ def validate(config: TrainConfig, world_size: int) -> None:
 
 
 def frontier_problems(config: TrainConfig) -> None:
-    """Raise ConfigError naming the first option of course.frontier_loss that cannot run with the rest."""
+    """Raise ConfigError naming the first option of course.frontier.loss that cannot run with the
+    rest."""
     method = config.pg_method
     if config.dual_clip and not config.dual_clip > 1:
         raise ConfigError("dual_clip", f"must be 0 (off) or above 1, got {config.dual_clip}")
@@ -301,11 +317,12 @@ def frontier_problems(config: TrainConfig) -> None:
                           "filter replaces by its weights")
     if config.advantage_normalizer == "mean" and config.overlong == "soft":
         raise ConfigError("advantage_normalizer", "mean (MaxRL) needs rewards >= 0, and --overlong soft "
-                          "penalizes below 0 (course.maxrl)")
+                          "penalizes below 0 (course.frontier.maxrl)")
 
 
 def frontier_field(config: TrainConfig) -> str | None:
-    """The first field of `config` that trains with course.frontier_loss's FrontierLoss (None: none does)."""
+    """The first field of `config` that trains with course.frontier.loss's FrontierLoss (None: none
+    does)."""
     if config.pg_method in FRONTIER_PG_METHODS:
         return "pg_method"
     for name, off in (("dual_clip", 0.0), ("cispo_floor", False), ("ratio_against", "old"),
@@ -317,8 +334,8 @@ def frontier_field(config: TrainConfig) -> str | None:
 
 def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
     """Why `train_step` cannot train with the FrontierLoss that `config` asks for (None when it can, or
-    when none is asked for): its grpo_loss must take an object with `per_token_loss`, as the reference's
-    helper `grpo_loss_per_token` does."""
+    when none is asked for): its grpo_loss must take a `PerTokenLoss` (`course.train_step`), whose
+    `per_token_loss` the reference's helper `grpo_loss_per_token` calls."""
     field = frontier_field(config)
     if field is None:
         return None
@@ -327,8 +344,9 @@ def frontier_loss_problem(train_step, config: TrainConfig) -> str | None:
                                                                           "co_names", ()):
         return None
     value = getattr(config, field)
-    return (f"{value} trains with course.frontier_loss's FrontierLoss, which needs a grpo_train_step whose "
-            "grpo_loss may be an object with per_token_loss; the grpo_train_step of your notebooks takes "
+    return (f"{value} trains with course.frontier.loss's FrontierLoss, which needs a "
+            "grpo_train_step whose "
+            "grpo_loss may be a PerTokenLoss; the grpo_train_step of your notebooks takes "
             "stage 5's GRPOLossConfig only (see 07_train_step)")
 
 
@@ -357,17 +375,5 @@ def grpo_loss_problem(train_step, pg_method: str) -> str | None:
 def flag_types(config_class=TrainConfig) -> dict:
     """argparse `type=` functions that check each TrainConfig field's flag as it is parsed."""
     return {**bounded_types(config_class, BOUNDS), "device": flag_type(str, device_problem),
-            "checkpoint": flag_type(str, checkpoint_problem), "kl_estimator": kl_estimator_flag}
+            "checkpoint": flag_type(str, checkpoint_problem)}
 
-
-# flags renamed since the release before, still accepted for one release (`course.cli`)
-FLAG_ALIASES = {"pg_method": ("--loss",)}
-
-
-def kl_estimator_flag(text: str) -> str:
-    """`--kl-estimator`: a name of KL_ESTIMATORS, or the number the release before used for it."""
-    if text in KL_ESTIMATOR_NUMBERS:
-        print(f"--kl-estimator {text} is now --kl-estimator {KL_ESTIMATOR_NUMBERS[text]}; the numbers "
-              "go in the next release", file=sys.stderr)
-        return KL_ESTIMATOR_NUMBERS[text]
-    return text

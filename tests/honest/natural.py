@@ -14,7 +14,7 @@ from course.chunked_head import chunked_head_log_probs
 from course.distributed import rank_and_world_size
 from course.losses import cispo_loss, clipped_surrogate
 from course.metrics import LossStatistics
-from course.off_policy import _validate_grpo_config
+from course.off_policy import validate_grpo_config
 from course.tokenization import _pad_id
 from course.train_step import (
     LossTerms,
@@ -208,7 +208,7 @@ def truncated_importance_weights(old_log_probs, sampler_log_probs, cap, response
 
 
 def compute_grpo_loss(new_logprobs, ratio, advantages, ref_logprobs, config, tis_weights=None):
-    _validate_grpo_config(config)
+    validate_grpo_config(config)
     A = advantages.reshape(-1, 1).to(new_logprobs.dtype)
     if config.loss_fn == "dapo":
         pg_losses = -A * ratio

@@ -1,13 +1,16 @@
 """`FrontierLoss`: the 2025–26 losses as one configuration that `grpo_train_step` takes as its
-`grpo_loss` (duck typing: an object with `per_token_loss`). Ungraded.
+`grpo_loss`, a `course.train_step.PerTokenLoss` (it computes the whole per-token loss). Ungraded.
+Its fields are stage 5's `GRPOLossConfig`'s (`loss_fn`, `clip_lower`, `clip_higher`,
+`kl_estimator`, `beta`, checked by the one `course.off_policy.validate_grpo_config`) and the options
+of notebook 11.
 
     ℓ_t = keep_t · w_t · pg_t + β · kl_t
-pg is `method`'s loss (`course.policy_losses`, `course.trust_region.dppo_loss`) with the ratio
-r = π/π_b against π_b = π_old (`ratio_against="old"`, PPO's) or the sampler μ ("sampler": prime-rl's
-and SkyRL's `cispo_anchor="rollout"`, SkyRL PR #1859, 2026-07-01); w the train step's truncated
-importance weights min(π_old/μ, cap) (only against π_old: against μ the ratio holds that
-correction already); keep the optional outlier mask (`course.trust_region.outlier_mask`);
-kl = `estimate_kl` of π against π_ref. Every term is per token, so the train step's normalization
+pg is `loss_fn`'s loss (`course.frontier.policy_losses`, `course.frontier.trust_region.dppo_loss`)
+with the ratio r = π/π_b against π_b = π_old (`ratio_against="old"`, PPO's) or the sampler μ
+("sampler": prime-rl's and SkyRL's `cispo_anchor="rollout"`, SkyRL PR #1859, 2026-07-01); w the
+train step's truncated importance weights min(π_old/μ, cap) (only against π_old: against μ the
+ratio holds that correction already); keep the optional outlier mask
+(`course.frontier.trust_region.outlier_mask`); kl = `estimate_kl` of π against π_ref. Every term is per token, so the train step's normalization
 keeps the update exact under any micro-batching and over data-parallel ranks.
 
 Why the sampler: a trainer that recomputes π_old from the weights it is about to update, and
@@ -22,8 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course.off_policy import estimate_kl
-from course.policy_losses import (
+from course.frontier.policy_losses import (
     dual_clip_loss,
     floored_cispo_loss,
     gmpo_log_ratio,
@@ -31,24 +33,27 @@ from course.policy_losses import (
     masked_inputs,
     sapo_loss,
 )
-from course.trust_region import dppo_loss, outlier_mask, trust_region_mask
-from course.variants import FRONTIER_METHODS, KL_ESTIMATORS, RATIO_AGAINST
+from course.frontier.trust_region import dppo_loss, outlier_mask, trust_region_mask
+from course.off_policy import estimate_kl, validate_grpo_config
+from course.variants import FRONTIER_LOSS_FNS, RATIO_AGAINST
 
 
 @dataclass(frozen=True)
 class FrontierLoss:
     """What `per_token_loss` computes; every field is checked at construction (ValueError)."""
 
-    method: str = "ppo"
-    """ppo (PPO-clip, dual clip with `dual_clip`), cispo, sapo, gmpo or dppo."""
-    clip_low: float = 0.2
-    """ε_low: ppo's and cispo's ratio bound 1 − ε_low; gmpo's log-space bound −ε_low."""
-    clip_high: float = 0.2
-    """ε_high: ppo's and cispo's 1 + ε_high; gmpo's log-space bound ε_high."""
+    loss_fn: str = "dapo"
+    """dapo (PPO-clip with decoupled bounds; the dual clip with `dual_clip`), cispo, sapo, gmpo or
+    dppo: stage 5's names, and the three of notebook 11."""
+    clip_lower: float = 0.2
+    """ε_low: dapo's and cispo's ratio bound 1 − ε_low; gmpo's log-space bound −ε_low."""
+    clip_higher: float = 0.2
+    """ε_high: dapo's and cispo's 1 + ε_high; gmpo's log-space bound ε_high."""
     dual_clip: float | None = None
-    """c > 1 of dual-clip PPO (ppo only; verl's `clip_ratio_c` = 3); None: off."""
-    cispo_floor: bool = True
-    """cispo: clamp the weight below at 1 − ε_low too (verl); False: capped above only."""
+    """c > 1 of dual-clip PPO (dapo only; verl's `clip_ratio_c` = 3); None: off."""
+    cispo_floor: bool = False
+    """cispo: clamp the weight below at 1 − ε_low too (verl); False: capped above only (MiniMax-M1,
+    open-instruct and stage 5), as `--cispo-floor`'s default."""
     tau_pos: float = 1.0
     """SAPO's temperature where A > 0."""
     tau_neg: float = 1.05
@@ -73,15 +78,11 @@ class FrontierLoss:
 
     def validate(self) -> None:
         """A ValueError naming the first field out of range."""
-        if self.method not in FRONTIER_METHODS:
-            raise ValueError(f"method must be one of {FRONTIER_METHODS}, got {self.method!r}")
+        validate_grpo_config(self, FRONTIER_LOSS_FNS)
         if self.ratio_against not in RATIO_AGAINST:
             raise ValueError(f"ratio_against must be one of {RATIO_AGAINST}, "
                              f"got {self.ratio_against!r}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, "
-                             f"got {self.kl_estimator!r}")
-        for name in ("clip_low", "clip_high", "trust_region", "ratio_kl", "beta"):
+        for name in ("trust_region", "ratio_kl", "beta"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
@@ -89,15 +90,15 @@ class FrontierLoss:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if self.dual_clip is not None and (self.method != "ppo" or not self.dual_clip > 1):
-            raise ValueError(f"dual_clip must be None or a number > 1 with method 'ppo', got "
-                             f"{self.dual_clip!r} with {self.method!r}")
-        if self.method == "dppo" and not self.trust_region > 0:
-            raise ValueError(f"trust_region must be > 0 for method 'dppo', "
+        if self.dual_clip is not None and (self.loss_fn != "dapo" or not self.dual_clip > 1):
+            raise ValueError(f"dual_clip must be None or a number > 1 with loss_fn 'dapo', got "
+                             f"{self.dual_clip!r} with {self.loss_fn!r}")
+        if self.loss_fn == "dppo" and not self.trust_region > 0:
+            raise ValueError(f"trust_region must be > 0 for loss_fn 'dppo', "
                              f"got {self.trust_region!r}")
-        if self.method != "dppo" and (self.trust_region or self.ratio_kl):
+        if self.loss_fn != "dppo" and (self.trust_region or self.ratio_kl):
             raise ValueError(f"trust_region and ratio_kl are dppo's, got {self.trust_region!r} "
-                             f"and {self.ratio_kl!r} with method {self.method!r}")
+                             f"and {self.ratio_kl!r} with loss_fn {self.loss_fn!r}")
         low, high = self.outlier_low, self.outlier_high
         if (low is not None and not low >= 0) or (high is not None and not high > 0) or (
                 low is not None and high is not None and not low <= high):
@@ -106,18 +107,18 @@ class FrontierLoss:
 
     def policy_loss(self, log_probs: torch.Tensor, base_log_probs: torch.Tensor,
                     advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-        """`method`'s per-token policy loss (B, T), 0 off the mask."""
+        """`loss_fn`'s per-token policy loss (B, T), 0 off the mask."""
         arguments = (log_probs, base_log_probs, advantages, response_mask)
-        if self.method == "sapo":
+        if self.loss_fn == "sapo":
             return sapo_loss(*arguments, self.tau_pos, self.tau_neg)
-        if self.method == "gmpo":
-            return gmpo_loss(*arguments, self.clip_low, self.clip_high)
-        if self.method == "cispo":
-            low = self.clip_low if self.cispo_floor else None
-            return floored_cispo_loss(*arguments, low, self.clip_high)
-        if self.method == "dppo":
+        if self.loss_fn == "gmpo":
+            return gmpo_loss(*arguments, self.clip_lower, self.clip_higher)
+        if self.loss_fn == "cispo":
+            low = self.clip_lower if self.cispo_floor else None
+            return floored_cispo_loss(*arguments, low, self.clip_higher)
+        if self.loss_fn == "dppo":
             return dppo_loss(*arguments, self.trust_region, self.trust_region, self.ratio_kl)
-        return dual_clip_loss(*arguments, self.clip_low, self.clip_high, self.dual_clip)
+        return dual_clip_loss(*arguments, self.clip_lower, self.clip_higher, self.dual_clip)
 
     def per_token_loss(self, micro: dict, log_probs: torch.Tensor, old: torch.Tensor,
                        weights: torch.Tensor | None, ref: torch.Tensor | None):
@@ -153,19 +154,19 @@ class FrontierLoss:
         region or the outlier mask changed (SAPO has no edge: only the outlier mask counts)."""
         with torch.no_grad():
             ratio = torch.exp(log_ratio)
-            if self.method == "ppo":
-                changed = (((advantages > 0) & (ratio > 1 + self.clip_high))
-                           | ((advantages < 0) & (ratio < 1 - self.clip_low)))
+            if self.loss_fn == "dapo":
+                changed = (((advantages > 0) & (ratio > 1 + self.clip_higher))
+                           | ((advantages < 0) & (ratio < 1 - self.clip_lower)))
                 if self.dual_clip is not None:
                     changed |= (advantages < 0) & (ratio > self.dual_clip)
-            elif self.method == "cispo":
-                changed = ratio > 1 + self.clip_high
+            elif self.loss_fn == "cispo":
+                changed = ratio > 1 + self.clip_higher
                 if self.cispo_floor:
-                    changed |= ratio < 1 - self.clip_low
-            elif self.method == "gmpo":
-                clipped = gmpo_log_ratio(log_ratio, advantages, self.clip_low, self.clip_high)
+                    changed |= ratio < 1 - self.clip_lower
+            elif self.loss_fn == "gmpo":
+                clipped = gmpo_log_ratio(log_ratio, advantages, self.clip_lower, self.clip_higher)
                 changed = clipped != log_ratio
-            elif self.method == "dppo":
+            elif self.loss_fn == "dppo":
                 changed = ~trust_region_mask(log_probs, base, advantages, mask,
                                              self.trust_region, self.trust_region)
             else:

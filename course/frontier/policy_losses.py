@@ -16,7 +16,7 @@ With r_t = π(o_t)/π_b(o_t) = exp(log π − sg(log π_b)), π_b the policy the
 Sources: verl `verl/trainer/ppo/core_algos.py` (0.8.0.dev, commit b178a3c, 2026-01-29); TRL
 `trl/trainer/grpo_trainer.py`, `trl/experimental/gmpo/gmpo_trainer.py` (1.10.0.dev0, f2cd577).
 The trust-region and outlier masks, the ratio against the sampler, and `FrontierLoss` itself are
-`course.trust_region`'s. Shapes: B sequences × T positions; advantages (B,) or (B, 1).
+`course.frontier.trust_region`'s. Shapes: B sequences × T positions; advantages (B,) or (B, 1).
 Every input is masked BEFORE any nonlinearity (exp, clamp, sigmoid): a masked inf or nan selected
 away only afterwards leaves the value finite but makes the gradient nan (0·∞ in backward).
 """
@@ -91,18 +91,18 @@ def sapo_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
     return torch.where(mask, -gate * advantages, 0)
 
 
-def gmpo_log_ratio(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float,
-                   clip_high: float) -> torch.Tensor:
+def gmpo_log_ratio(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_lower: float,
+                   clip_higher: float) -> torch.Tensor:
     """GMPO's one-sided clip of log r (B, T) in log space: where A > 0 at most ε_high, where A < 0
     at least −ε_low (PPO's pessimistic side, per token, before any mean)."""
-    clamped = log_ratio.clamp(-clip_low, clip_high)
+    clamped = log_ratio.clamp(-clip_lower, clip_higher)
     return torch.where(advantages > 0, torch.minimum(log_ratio, clamped),
                        torch.maximum(log_ratio, clamped))
 
 
 def gmpo_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
               advantages: torch.Tensor, response_mask: torch.Tensor | None = None,
-              clip_low: float = 0.4, clip_high: float = 0.4) -> torch.Tensor:
+              clip_lower: float = 0.4, clip_higher: float = 0.4) -> torch.Tensor:
     """GMPO: −A·exp(masked mean_t clip_A(log r_t)) per sequence, broadcast to (B, T).
 
     GMPO (arXiv 2507.20673); verl `geo_mean` (core_algos.py, b178a3c), TRL
@@ -111,11 +111,11 @@ def gmpo_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
     exp(Σ_t log r_t) grows with the length. Under "sequence" normalization the row's loss counts
     once, as in verl and TRL (a plain mean over sequences); an empty row weighs 0.
     """
-    _non_negative("clip_low", clip_low)
-    _non_negative("clip_high", clip_high)
+    _non_negative("clip_lower", clip_lower)
+    _non_negative("clip_higher", clip_higher)
     _, log_ratio, advantages, mask = masked_inputs(log_probs, base_log_probs, advantages,
                                                    response_mask)
-    clipped = torch.where(mask, gmpo_log_ratio(log_ratio, advantages, clip_low, clip_high), 0)
+    clipped = torch.where(mask, gmpo_log_ratio(log_ratio, advantages, clip_lower, clip_higher), 0)
     lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
     ratio = torch.exp(clipped.sum(dim=1, keepdim=True) / lengths.clamp_min(1))  # (B, 1)
     return torch.where(mask, -advantages * ratio, 0)  # (B, T)
@@ -123,7 +123,7 @@ def gmpo_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
 
 def dual_clip_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
                    advantages: torch.Tensor, response_mask: torch.Tensor | None = None,
-                   clip_low: float = 0.2, clip_high: float = 0.2,
+                   clip_lower: float = 0.2, clip_higher: float = 0.2,
                    clip_ratio_c: float | None = 3.0) -> torch.Tensor:
     """PPO-clip with decoupled bounds and, where A < 0, the dual clip: (B, T).
 
@@ -133,8 +133,8 @@ def dual_clip_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
     grew to r costs r·|A|, unbounded; with it at most c·|A|, and past r = c it has no gradient.
     Where A > 0 nothing changes. `clip_ratio_c=None`: plain PPO-clip. log r clamped to ±20.
     """
-    _non_negative("clip_low", clip_low)
-    _non_negative("clip_high", clip_high)
+    _non_negative("clip_lower", clip_lower)
+    _non_negative("clip_higher", clip_higher)
     if clip_ratio_c is not None and (isinstance(clip_ratio_c, bool)
                                      or not isinstance(clip_ratio_c, (int, float))
                                      or not clip_ratio_c > 1):
@@ -142,7 +142,7 @@ def dual_clip_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
     _, log_ratio, advantages, mask = masked_inputs(log_probs, base_log_probs, advantages,
                                                    response_mask)
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))  # (B, T)
-    _, _, loss = clipped_surrogate(ratio, advantages, clip_low, clip_high)  # stage 4's core
+    _, _, loss = clipped_surrogate(ratio, advantages, clip_lower, clip_higher)  # stage 4's core
     if clip_ratio_c is not None:
         loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * clip_ratio_c), loss)
     return torch.where(mask, loss, 0)
@@ -150,20 +150,20 @@ def dual_clip_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
 
 def floored_cispo_loss(log_probs: torch.Tensor, base_log_probs: torch.Tensor | None,
                        advantages: torch.Tensor, response_mask: torch.Tensor | None = None,
-                       clip_low: float | None = 0.2, clip_high: float = 0.2) -> torch.Tensor:
+                       clip_lower: float | None = 0.2, clip_higher: float = 0.2) -> torch.Tensor:
     """CISPO with verl's floor: −sg(clamp(r, 1 − ε_low, 1 + ε_high))·A·log π, (B, T).
 
     CISPO (MiniMax-M1, arXiv 2506.13585) as verl `cispo` computes it (core_algos.py, b178a3c):
     the detached weight is clamped with both clip bounds. MiniMax-M1 and ScaleRL (arXiv
-    2510.13786) leave the lower bound off; `clip_low=None` does that (stage 4's `cispo`).
+    2510.13786) leave the lower bound off; `clip_lower=None` does that (stage 4's `cispo`).
     The weight never removes a token's gradient; it only bounds its size. log r clamped to ±20.
     """
-    if clip_low is not None:
-        _non_negative("clip_low", clip_low)
-    _non_negative("clip_high", clip_high)
+    if clip_lower is not None:
+        _non_negative("clip_lower", clip_lower)
+    _non_negative("clip_higher", clip_higher)
     new, log_ratio, advantages, mask = masked_inputs(log_probs, base_log_probs, advantages,
                                                      response_mask)
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
-    low = None if clip_low is None else 1 - clip_low
-    weight = ratio.clamp(low, 1 + clip_high).detach()  # (B, T)
+    low = None if clip_lower is None else 1 - clip_lower
+    weight = ratio.clamp(low, 1 + clip_higher).detach()  # (B, T)
     return torch.where(mask, -weight * advantages * new, 0)

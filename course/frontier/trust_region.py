@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from course.policy_losses import _non_negative, masked_inputs
+from course.frontier.policy_losses import _non_negative, masked_inputs
 
 SEQUENCE_RATIO_LEVELS = ("product", "geometric")
 
@@ -95,8 +95,10 @@ def outlier_mask(log_ratio: torch.Tensor, response_mask: torch.Tensor,
 def sequence_log_ratio(log_ratio: torch.Tensor, response_mask: torch.Tensor,
                        level: str = "geometric") -> torch.Tensor:
     """log of one ratio per sequence (B, 1): "product" Σ_t log r_t (TRL's `sequence_*` modes,
-    f2cd577; verl `sequence`), "geometric" the masked mean (GSPO, arXiv 2507.18071; GMPO; verl
-    `geometric`; the fix proposed in TRL #5815). An empty row gives 0 (ratio 1)."""
+    f2cd577; verl `sequence`), "geometric" the masked mean (1/|o|)·Σ_t log r_t (GSPO, arXiv
+    2507.18071; the fix proposed in TRL #5815). GMPO's loss (verl's policy loss `geo_mean`,
+    `policy_losses.gmpo_loss`) takes the same mean of a log r clipped first. An empty row gives 0
+    (ratio 1)."""
     if level not in SEQUENCE_RATIO_LEVELS:
         raise ValueError(f"level must be one of {SEQUENCE_RATIO_LEVELS}, got {level!r}")
     if log_ratio.shape != response_mask.shape:
