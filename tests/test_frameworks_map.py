@@ -713,12 +713,12 @@ def test_verl_bypass_ppo_clip():
     new, sampler, mask, adv = random_policy_batch(6)
     old = new - 0.1  # a recomputed π_old that bypass mode never reads
     micro = {"advantages": adv, "response_mask": mask, "sampler_log_probs": sampler}
-    config = FrontierLoss("ppo", clip_low=0.2, clip_high=0.2, dual_clip=3.0,
+    config = FrontierLoss("dapo", clip_lower=0.2, clip_higher=0.2, dual_clip=3.0,
                           ratio_against="sampler")
     course, _ = config.per_token_loss(micro, new, old, torch.full_like(new, 0.5), None)
     verl = verl_vanilla(new - sampler, adv.unsqueeze(1)) * mask
     assert torch.allclose(course, verl, rtol=0, atol=TOL)
-    against_old, _ = FrontierLoss("ppo", dual_clip=3.0).per_token_loss(micro, new, old, None, None)
+    against_old, _ = FrontierLoss("dapo", dual_clip=3.0).per_token_loss(micro, new, old, None, None)
     assert not torch.allclose(against_old, verl, rtol=0, atol=1e-3)
 
 
@@ -728,7 +728,7 @@ def test_verl_bypass_reinforce():
     against the sampler with cap 1 + ε_high = 2, no floor: values and gradients agree."""
     new, sampler, mask, adv = random_policy_batch(7)
     micro = {"advantages": adv, "response_mask": mask, "sampler_log_probs": sampler}
-    config = FrontierLoss("cispo", clip_high=1.0, cispo_floor=False, ratio_against="sampler")
+    config = FrontierLoss("cispo", clip_higher=1.0, cispo_floor=False, ratio_against="sampler")
     leaf = new.clone().requires_grad_(True)
     course, _ = config.per_token_loss(micro, leaf, new - 0.1, None, None)
     (course_grad,) = torch.autograd.grad(course.sum(), leaf)
