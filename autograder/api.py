@@ -42,7 +42,9 @@ def unreadable(path: Path) -> str | None:
             os.close(os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
         size = path.stat().st_size if path.is_file() else 0
     except OSError as exc:
-        return f"--submission {path}: the grader cannot read {exc.filename or path} ({exc.strerror})"
+        return (
+            f"--submission {path}: the grader cannot read {exc.filename or path} ({exc.strerror})"
+        )
     limit = {".py": MAX_PY_BYTES, ".ipynb": MAX_NOTEBOOK_BYTES}.get(path.suffix)
     if limit and size > limit:  # one file and nothing else to grade: no grading to start
         return (f"--submission {path}: {size / 2**20:.1f} MiB, over the grader's limit of "
@@ -76,7 +78,8 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     grader = session.grader
     grader.expect(functions)
     try:
-        results = [grader.run_check(c) for c in CHECKS if functions is None or c.function in functions]
+        results = [grader.run_check(c) for c in CHECKS if functions is None
+                   or c.function in functions]
     finally:
         tampering = session.finish()
     score, maximum = grader.totals()

@@ -4,8 +4,8 @@
                       [--official | --stored-only] [--time-limit SECONDS] [-k NAME]
                       [--copies flag|zero]
 
-The submission runs in a bubblewrap sandbox (`autograder.trusted.isolation`). Where none can start, the
-grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
+The submission runs in a bubblewrap sandbox (`autograder.trusted.isolation`). Where none can start,
+the grade is a PRACTICE grade, said in the table and in results.json; `--official` refuses to grade
 then (exit code 4, pytest's usage error), as it does for a --submission that does not exist.
 In the student edition (and with --stored-only) the checks judge from stored cases only, without
 the reference: a PRACTICE grade too, and `--official` is a usage error there.
@@ -57,7 +57,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--seed", type=seed, default=None,
                     help="seed of the fresh inputs (default: random)")
     group.addoption("--official", action="store_true",
-                    help="an official grade: refuse to grade unless the sandbox isolates the submission")
+                    help="an official grade: refuse to grade unless the sandbox isolates the "
+                         "submission")
     group.addoption("--time-limit", type=seconds, default=GradingOptions.time_limit,
                     help="wall-clock seconds the whole grading may take, from the start "
                          f"(default: {GradingOptions.time_limit:g})")
@@ -188,7 +189,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         grading_session.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         if grading_session.incomplete:
             session.exitstatus = EXIT_INCOMPLETE
-        elif (grading_session.tampering or grading_session.results_problem) and session.exitstatus == 0:
+        elif (grading_session.tampering
+              or grading_session.results_problem) and session.exitstatus == 0:
             session.exitstatus = 1
 
 

@@ -104,7 +104,11 @@ def cuda_problem() -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"built for CUDA {torch.version.cuda}"
+        )
         return (f"--device cuda: torch {torch.__version__} ({build}) sees no CUDA device; "
                 "use --device cpu")
     return None

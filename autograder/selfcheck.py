@@ -102,10 +102,12 @@ def _dup(fd: int) -> int | None:
 
 
 def _warning_to_stdout(message, category, filename, lineno, file=None, line=None) -> None:
-    print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=sys.stdout)
+    print(warnings.formatwarning(message, category, filename, lineno, line), end="",
+          file=sys.stdout)
 
 
-def self_check(name: str, namespace: dict, device: str = "cpu", seed: int | None = None) -> SelfCheckScore:
+def self_check(name: str, namespace: dict, device: str = "cpu",
+               seed: int | None = None) -> SelfCheckScore:
     """Run the checks of graded function (or stage) `name` on `namespace`'s functions, print the
     table, and return the points earned (a float that also carries `max_score` and `results`)."""
     from autograder.options import GradingOptions

@@ -22,5 +22,6 @@ def test_check(check, grading) -> None:
     if result["status"] == "skipped":
         pytest.skip(result["output"])
     if result["status"] == "failed":
-        pytest.fail(f"{result['score']:g}/{result['max_score']:g} points: {escape(result['output'])}",
+        pytest.fail(f"{result['score']:g}/{result['max_score']:g} points: "
+                    f"{escape(result['output'])}",
                     pytrace=False)

@@ -7,9 +7,9 @@ with what they need beside them (chunked_head, metrics, distributed, variants, r
 `course.loop` (the trainer, the tiny OLMo2 and its tokenizer, tasks, rollouts, plotting),
 `course.lab` (notebook 08's experiments), `course.frontier` (notebook 11's ungraded losses) and
 `course.submissions` (the learner's own notebooks, read without running them).
-Every graded function (listed in `course.registry`) is importable from here: `from course import grpo_train_step`.
-The names load lazily (PEP 562 module `__getattr__`): `import course.cli` does not import torch,
-so a command line answers a usage error before torch loads.
+Every graded function (listed in `course.registry`) is importable from here: `from course import
+grpo_train_step`. The names load lazily (PEP 562 module `__getattr__`): `import course.cli` does not
+import torch, so a command line answers a usage error before torch loads.
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ _HOMES = {
     "masked_mean": "course.aggregation",
 }
 
-__all__ = [*GRADED_FUNCTIONS, "GRADED_FUNCTIONS", "STAGES", *sorted(set(_HOMES) - set(HOME_MODULES))]
+__all__ = [*GRADED_FUNCTIONS, "GRADED_FUNCTIONS", "STAGES",
+           *sorted(set(_HOMES) - set(HOME_MODULES))]
 
 
 def __getattr__(name: str):
-    """A name of `__all__` from its home module, or a submodule (`course.advantages`), on first use."""
+    """A name of `__all__` from its home module, or a submodule (`course.advantages`), on first
+    use."""
     if name in _HOMES:
         value = getattr(importlib.import_module(_HOMES[name]), name)
     else:

@@ -2,11 +2,11 @@
 
 GRPO (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300, §4.1.2) samples G responses per prompt and
 scores each against its own group, so no value network is needed:
-  A_i = (r_i − mean(r_group)) / (std(r_group) + ε)          baseline="mean", normalizer="std"
+  A_i = (r_i − mean(r_group)) / (std(r_group) + ε)      baseline="mean", normalizer="std"
 Variants, all on the same (n_groups, G) layout:
-  Dr. GRPO  (Liu et al. 2025, arXiv 2503.20783)  no std:        A_i = r_i − mean      normalizer="none"
-  MaxRL                                           divide by mean: A_i = (r_i − mean)/(mean + ε)
-  RFT / rejection-sampling fine-tuning            no baseline:   A_i = r_i             baseline="none"
+  Dr. GRPO (Liu et al. 2025, arXiv 2503.20783)  no std:   A_i = r_i − mean   normalizer="none"
+  MaxRL                                    divide by mean: A_i = (r_i − mean)/(mean + ε)
+  RFT / rejection-sampling fine-tuning     no baseline:    A_i = r_i          baseline="none"
 std is the unbiased sample std (torch.std's default, n − 1), and ε is added outside the square root.
 A group whose G rewards are equal gets A = 0 everywhere: it carries no learning signal.
 """

@@ -23,24 +23,28 @@ from course.variants import LOSS_NORMALIZATIONS  # this stage's names, torch-fre
 
 
 def masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """values·mask where the mask is non-zero and exactly 0 elsewhere, whatever `values` holds there.
+    """values·mask where the mask is non-zero and exactly 0 elsewhere, whatever `values` holds
+    there.
 
     A plain `values * mask` leaks: 0·nan and 0·inf are nan, and padding may hold either (a log-prob
     of -inf, a ratio that overflowed). Selecting also keeps nan out of the gradient.
     """
     mask = mask.to(values.dtype)
-    return torch.where(mask != 0, values * mask, torch.zeros((), dtype=values.dtype, device=values.device))
+    return torch.where(mask != 0, values * mask, torch.zeros((), dtype=values.dtype,
+                                                             device=values.device))
 
 
 def masked_mean(
-    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None, denominator: float | None = None
+    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None,
+    denominator: float | None = None
 ) -> torch.Tensor:
     """Σ values·mask / Σ mask over `dim` (all elements when None); 0 where the mask is empty.
 
     `denominator`, when given, replaces Σ mask (open-instruct's `masked_mean_denominator`).
     """
     if values.shape != mask.shape:
-        raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have the same shape")
+        raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have the "
+                         "same shape")
     kept = masked(values, mask)
     mask = mask.to(values.dtype)
     total = kept.sum() if dim is None else kept.sum(dim=dim)
@@ -111,8 +115,8 @@ def calculate_loss_and_backward(
 ) -> torch.Tensor:
     """Normalize one micro-batch's per-token loss (b, T) as its share of the step's loss; backward.
 
-    Summed over the micro-batches of every rank (and averaged over ranks by DDP), the gradients equal
-    those of `aggregate_loss_across_microbatch` on the whole step's batch, whatever the split:
+    Summed over the micro-batches of every rank (and averaged over ranks by DDP), the gradients
+    equal those of `aggregate_loss_across_microbatch` on the whole step's batch, whatever the split:
       sequence: Σ_{i∈mb} mean_t ℓ_it / B_step
       token:    Σ_{i∈mb} Σ_t ℓ_it / N_step
       constant: Σ_{i∈mb} Σ_t ℓ_it / C
@@ -131,7 +135,8 @@ def calculate_loss_and_backward(
     """
     if per_token_loss.ndim != 2 or response_mask.shape != per_token_loss.shape:
         raise ValueError(
-            f"per_token_loss and response_mask must both be (b, T), got {tuple(per_token_loss.shape)} "
+            "per_token_loss and response_mask must both be (b, T), got "
+            f"{tuple(per_token_loss.shape)} "
             f"and {tuple(response_mask.shape)}"
         )
     if world_size < 1:
@@ -139,7 +144,8 @@ def calculate_loss_and_backward(
     if loss_normalization == "sequence":
         if not step_sequence_count > 0:
             raise ValueError(f"step_sequence_count must be positive, got {step_sequence_count}")
-        share = per_token_loss.shape[0] / step_sequence_count  # this micro-batch's rows out of B_step
+        # this micro-batch's rows out of B_step
+        share = per_token_loss.shape[0] / step_sequence_count
         loss = aggregate_loss_across_microbatch(per_token_loss, response_mask, "sequence") * share
     elif loss_normalization == "token":
         # an all-empty step has no tokens and no gradient; 1 keeps the division finite

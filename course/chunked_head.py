@@ -6,8 +6,8 @@ backward recomputes each tile's logits: nothing of the size of the logits is sav
 (only the hidden states and one log-normalizer per position). It bypasses the model's own
 forward, so it is allowed only for architectures whose logits are exactly `lm_head(decoder(x))`
 with a bias-free head (no logit scaling or soft-capping): OLMo2 (the course's model), Llama and
-Qwen2. The same idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989) and Cut
-Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009).
+Qwen2. The same idea: Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv 2410.10989)
+and Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
       backward: per tile P = exp(z − log Z) in place, the only pass over the tile; the cotangent
                 g and the one-hot are applied outside it, on (N, H) and (V, H) operands:
                 ∂Wₜ = Pᵀ (−g ⊙ h), ∂h = g ⊙ (W[y] − Σₜ P Wₜ), then ∂W[y] += g ⊙ h.
-    Saved for backward: h (as the tiles' rows [h, ·], N x (H + 1); in half precision h itself), y (N,),
-    log Z (N,) and W (the model's own weight), never logits; h is not copied again in backward.
-    Tiling the vocabulary rather than the positions keeps every matmul large (all rows at once)
-    and writes each slice of ∂W once instead of adding a (V, H) product per block of positions.
-    The same idea as Liger-Kernel's fused linear cross-entropy, with a per-token cotangent g (GRPO
-    weighs each token by its advantage).
+    Saved for backward: h (as the tiles' rows [h, ·], N x (H + 1); in half precision h itself), y
+    (N,), log Z (N,) and W (the model's own weight), never logits; h is not copied again in
+    backward. Tiling the vocabulary rather than the positions keeps every matmul large (all rows at
+    once) and writes each slice of ∂W once instead of adding a (V, H) product per block of
+    positions. The same idea as Liger-Kernel's fused linear cross-entropy, with a per-token
+    cotangent g (GRPO weighs each token by its advantage).
     """
 
     @staticmethod
@@ -54,7 +54,8 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
             if want_entropy:
                 entropy[block] = block_entropy
         ctx.budget = budget
-        # the tiles' rows (N, H + 1) in place of h: backward reads h from them, and no copy of h is made
+        # the tiles' rows (N, H + 1) in place of h: backward reads h from them, and no copy of h is
+        # made
         ctx.save_for_backward(tiles.source, weight, labels, log_normalizer)
         if entropy is not None:
             ctx.mark_non_differentiable(entropy)
@@ -77,17 +78,20 @@ class _ChunkedHeadLogProb(torch.autograd.Function):
             scaled_hidden = (-g[block] * hidden[block]).to(hidden.dtype)  # (r, H) −g ⊙ h
             for first in range(0, vocab, width):
                 tile = slice(first, first + width)
-                probs = tiles(weight[tile], log_normalizer[block]).exp_().to(hidden.dtype)  # (r, w) softmax
+                # (r, w) softmax
+                probs = tiles(weight[tile], log_normalizer[block]).exp_().to(hidden.dtype)
                 _matmul_into(grad_weight[tile], probs.t(), scaled_hidden, accumulate=start > 0)
                 _matmul_into(grad_hidden[block], probs, weight[tile], accumulate=first > 0)
         del tiles, scaled_hidden  # before the one-hot part's (N, H) temporaries: a lower peak
-        # the one-hot part: ∂h = g ⊙ (W[y] − Σ P W), ∂W[y] += g ⊙ h (index_add_ sums repeated labels)
+        # the one-hot part: ∂h = g ⊙ (W[y] − Σ P W), ∂W[y] += g ⊙ h (index_add_ sums repeated
+        # labels)
         grad_hidden.neg_().add_(weight[labels]).mul_(g)
         grad_weight.index_add_(0, labels, g * hidden)
         return grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype), None, None, None
 
 
-def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Tensor, want_entropy: bool):
+def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Tensor,
+                     want_entropy: bool):
     """log Z = log Σ_v exp(z_v), log p(y) = z_y − log Z and, if asked, H = −Σ p log p (else None),
     each (r,), for the rows set on `tiles`, one vocabulary slice at a time.
 
@@ -96,9 +100,11 @@ def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Ten
     or where a slice's exp would overflow, which redoes that slice.
     """
     vocab, width = weight.shape[0], tiles.width
-    label_logits = torch.empty(labels.shape[0], dtype=tiles.dtype, device=labels.device)  # (r,) z_y − c
+    # (r,) z_y − c
+    label_logits = torch.empty(labels.shape[0], dtype=tiles.dtype, device=labels.device)
     shift = mass = spread = None  # c, Σ exp(z − c), Σ exp(z − c)(z − c)
-    for first, (rows, columns) in zip(range(0, vocab, width), _labels_by_tile(labels, vocab, width)):
+    for first, (rows, columns) in zip(range(0, vocab, width), _labels_by_tile(labels, vocab,
+                                                                              width)):
         head = weight[first:first + width]
         z = tiles(head, shift)  # (r, w) z − c
         label_logits[rows] = z[rows, columns]
@@ -127,7 +133,8 @@ def _running_softmax(tiles: _TileLogits, weight: torch.Tensor, labels: torch.Ten
 
 def _moved(shift, mass, spread, label_logits, by):
     """The running sums relative to c + by instead of c (by ≥ 0, (r,)); label_logits in place."""
-    scale = torch.exp(-by)  # Σ exp(z − c − by) = e^−by Σ exp(z − c), and likewise with the factor z − c − by
+    # Σ exp(z − c − by) = e^−by Σ exp(z − c), and likewise with the factor z − c − by
+    scale = torch.exp(-by)
     label_logits.sub_(by)
     return shift + by, scale * mass, None if spread is None else scale * (spread - by * mass)
 
@@ -151,7 +158,8 @@ def _tile_rows(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     (`_TileLogits`), else h itself (N, H)."""
     if weight.dtype != _compute_dtype(hidden):
         return hidden
-    rows = torch.empty(hidden.shape[0], hidden.shape[1] + 1, dtype=hidden.dtype, device=hidden.device)
+    rows = torch.empty(hidden.shape[0], hidden.shape[1] + 1, dtype=hidden.dtype,
+                       device=hidden.device)
     rows[:, :-1].copy_(hidden)
     return rows
 
@@ -162,15 +170,19 @@ class _TileLogits:
     In float32 and float64 the shift rides in the matmul as one more inner dimension,
     [h, −c] · [Wₜ, 1]ᵀ, so no pass over the tile subtracts it; `source` is then [h, ·] for all N
     rows (`_tile_rows`), made once in forward and saved for backward in place of h. Half-precision
-    logits are rounded like the model's own head (a half matmul), then upcast and shifted in float32.
+    logits are rounded like the model's own head (a half matmul), then upcast and shifted in
+    float32.
     """
 
-    def __init__(self, source: torch.Tensor, weight: torch.Tensor, rows: int, width: int, dtype: torch.dtype):
+    def __init__(self, source: torch.Tensor, weight: torch.Tensor, rows: int, width: int,
+                 dtype: torch.dtype):
         self.source, self.dtype, self.width = source, dtype, width  # source: (N, H + 1) or (N, H)
         self.fused = source.shape[1] > weight.shape[1]  # [h, ·]: the shift rides in the matmul
         self.buffer = torch.empty(rows * width, dtype=dtype, device=weight.device)
         if self.fused:
-            self.weight_and_one = torch.ones(width, source.shape[1], dtype=dtype, device=weight.device)  # [Wₜ, 1]
+            # [Wₜ, 1]
+            self.weight_and_one = torch.ones(width, source.shape[1], dtype=dtype,
+                                             device=weight.device)
 
     def set_rows(self, block: slice) -> None:
         self.rows = self.source[block]  # (r, H + 1) [h, −c], or (r, H)
@@ -180,7 +192,8 @@ class _TileLogits:
         return _block_logits(self, weight, shift)
 
 
-def _block_logits(tiles: _TileLogits, weight: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+def _block_logits(tiles: _TileLogits, weight: torch.Tensor,
+                  shift: torch.Tensor | None) -> torch.Tensor:
     """h Wₜᵀ − shift for the rows set on `tiles`: (w, H), (r,) or None for 0 → (r, w)."""
     rows, width = tiles.hidden.shape[0], weight.shape[0]
     out = tiles.buffer[: rows * width].view(rows, width)
@@ -198,19 +211,23 @@ def _block_logits(tiles: _TileLogits, weight: torch.Tensor, shift: torch.Tensor 
 
 
 def _exp_sums(z: torch.Tensor, want_entropy: bool):
-    """Σ exp(z) per row, and Σ exp(z) · z if `want_entropy` (else None); exp in place when it can."""
+    """Σ exp(z) per row, and Σ exp(z) · z if `want_entropy` (else None); exp in place when it
+    can."""
     if not want_entropy:
         return z.exp_().sum(dim=1), None
     exp = torch.exp(z)
     return exp.sum(dim=1), torch.bmm(exp[:, None, :], z[:, :, None])[:, 0, 0]
 
 
-def _labels_by_tile(labels: torch.Tensor, vocab: int, width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """For each vocabulary slice of `width`, the rows whose label falls in it and its column there."""
+def _labels_by_tile(labels: torch.Tensor, vocab: int, width: int) -> list[tuple[torch.Tensor,
+                                                                                torch.Tensor]]:
+    """For each vocabulary slice of `width`, the rows whose label falls in it and its column
+    there."""
     order = labels.argsort()
     firsts = torch.arange(0, vocab + width, width, device=labels.device).clamp_max(vocab)
     bounds = torch.searchsorted(labels[order], firsts).tolist()
-    return [(order[a:b], labels[order[a:b]] - first) for first, a, b in zip(firsts.tolist(), bounds, bounds[1:])]
+    return [(order[a:b], labels[order[a:b]] - first) for first, a, b in zip(firsts.tolist(), bounds,
+                                                                            bounds[1:])]
 
 
 def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate: bool) -> None:
@@ -227,7 +244,8 @@ def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate
 def _decoder_and_head(model):
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         raise ValueError(
-            "logits_chunk_size > 0 bypasses the model's forward, which DistributedDataParallel needs "
+            "logits_chunk_size > 0 bypasses the model's forward, which DistributedDataParallel "
+            "needs "
             "to synchronize gradients; use logits_chunk_size=0 with a DDP-wrapped model"
         )
     model_type = getattr(getattr(model, "config", None), "model_type", None)
@@ -265,6 +283,9 @@ def chunked_head_log_probs(
     batch, positions = labels.shape
     budget = batch * chunk_size * head.weight.shape[0]  # logits of one (B, chunk, V) block, at most
     log_probs, entropy = _ChunkedHeadLogProb.apply(
-        hidden.reshape(batch * positions, -1), head.weight, labels.reshape(-1), budget, return_token_entropy
+        hidden.reshape(batch * positions, -1), head.weight, labels.reshape(-1), budget,
+        return_token_entropy
     )
-    return log_probs.view(batch, positions), entropy.view(batch, positions) if return_token_entropy else None
+    return log_probs.view(batch, positions), entropy.view(
+        batch, positions
+    ) if return_token_entropy else None

@@ -58,7 +58,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class, choices=
         default = field.default
         help_text = f"{docs.get(field.name, '').replace('%', '%%')} (default: {default})"
         if isinstance(default, bool):  # --flag / --no-flag
-            parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name, default=default,
+            parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
+                                default=default,
                                 action=argparse.BooleanOptionalAction, help=help_text)
             continue
         parser.add_argument("--" + field.name.replace("_", "-"), dest=field.name,
@@ -82,7 +83,8 @@ def flag_type(kind: type, problem: Callable[[object], str | None]) -> Callable[[
 def unwritable(path: Path, folder: bool = True) -> str | None:
     """Why this user cannot write `path` as a folder (or, not `folder`, as a file): checked before
     any work, so that a bad --out is refused at once, not after the run. None when it can. A probe
-    file in the nearest existing folder tells what permission bits do not (root, a read-only mount)."""
+    file in the nearest existing folder tells what permission bits do not (root, a read-only
+    mount)."""
     if folder and path.is_symlink() and not path.exists():
         return f"{path} is a link to nothing"
     if path.exists() and path.is_dir() != folder:
@@ -107,7 +109,8 @@ def unwritable(path: Path, folder: bool = True) -> str | None:
     return None
 
 
-def out_of_range(value: float, low: float, inclusive: bool, high: float | None = None) -> str | None:
+def out_of_range(value: float, low: float, inclusive: bool,
+                 high: float | None = None) -> str | None:
     """Why `value` is not a finite number above `low` (or at it, when `inclusive`) and at most
     `high` (when given); None when it is."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -1,15 +1,19 @@
 """Stage 4 — the per-token policy-gradient losses, REINFORCE to CISPO.
 
-With r_t = π(o_t)/π_old(o_t) = exp(log π − sg(log π_old)) and a sequence advantage A (sg = stop-grad):
+With r_t = π(o_t)/π_old(o_t) = exp(log π − sg(log π_old)) and a sequence advantage A (sg =
+stop-grad):
   none    −A · log π                                  REINFORCE (Williams 1992)
   noclip  −A · r                                      importance-weighted policy gradient
-  grpo    −min(r·A, clip(r, 1−ε, 1+ε)·A)              PPO-clip (Schulman et al. 2017, arXiv 1707.06347)
-                                                      as used by GRPO (Shao et al. 2024, arXiv 2402.03300)
+  grpo    −min(r·A, clip(r, 1−ε, 1+ε)·A)              PPO-clip (Schulman et al. 2017, arXiv
+                                                      1707.06347) as used by GRPO (Shao et al.
+                                                      2024, arXiv 2402.03300)
   gspo    −min(s·A, clip(s, 1−ε, 1+ε)·A),  s = exp(mean_t log r_t)
-                                                      GSPO (Zheng et al. 2025, arXiv 2507.18071): one
-                                                      geometric-mean ratio per sequence, broadcast over T
-  cispo   −sg(min(r, 1+ε)) · A · log π                CISPO (MiniMax-M1, arXiv 2506.13585): the weight is
-                                                      capped but, being detached, never drops a token
+                                                      GSPO (Zheng et al. 2025, arXiv 2507.18071):
+                                                      one geometric-mean ratio per sequence,
+                                                      broadcast over T
+  cispo   −sg(min(r, 1+ε)) · A · log π                CISPO (MiniMax-M1, arXiv 2506.13585): the
+                                                      weight is capped but, being detached,
+                                                      never drops a token
 The loss core (`clipped_surrogate`, `cispo_loss`) is shared with stage 5's `compute_grpo_loss`
 (`course.off_policy`), which adds the KL penalty and truncated importance sampling.
 Shapes: B sequences × T positions; advantages are (B,) or (B, 1) per sequence.

@@ -1,11 +1,12 @@
-"""Training metrics that stay right under micro-batching: a weighted accumulator and a log-prob probe.
+"""Training metrics that stay right under micro-batching: a weighted accumulator and a log-prob
+probe.
 
-A mean of per-micro-batch means is wrong when micro-batches hold different numbers of tokens (the same
-mistake as the loss bug in `aggregation`, in the logs instead of the gradients). `LossStatistics`
-keeps (Σ value, Σ weight) per metric and divides once, after every micro-batch and every rank.
-`compare_logprobs` measures how far a sampler's log-probs (e.g. a bf16 inference engine) are from the
-trainer's on the same tokens. Reference: open-instruct `open_instruct/metrics.py` (LossStatistics,
-masked_mean) and `compare_logprobs` in its GRPO trainer.
+A mean of per-micro-batch means is wrong when micro-batches hold different numbers of tokens (the
+same mistake as the loss bug in `aggregation`, in the logs instead of the gradients).
+`LossStatistics` keeps (Σ value, Σ weight) per metric and divides once, after every micro-batch and
+every rank. `compare_logprobs` measures how far a sampler's log-probs (e.g. a bf16 inference engine)
+are from the trainer's on the same tokens. Reference: open-instruct `open_instruct/metrics.py`
+(LossStatistics, masked_mean) and `compare_logprobs` in its GRPO trainer.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class LossStatistics:
     def add_mean(self, name: str, mean: torch.Tensor | float, weight: torch.Tensor | float) -> None:
         mean = torch.as_tensor(mean, dtype=torch.float64).detach().cpu()
         weight = torch.as_tensor(weight, dtype=torch.float64).detach().cpu()
-        self._sums[name] = self._sums.get(name, torch.zeros((), dtype=torch.float64)) + mean * weight
+        self._sums[name] = self._sums.get(name, torch.zeros((),
+                                                            dtype=torch.float64)) + mean * weight
         self._weights[name] = self._weights.get(name, torch.zeros((), dtype=torch.float64)) + weight
 
     def add_masked(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
@@ -88,10 +90,14 @@ def compare_logprobs(
         `reverse_kl`: k3 estimate of KL(q ‖ p) from the sampler's own samples,
         mean of exp(δ) − 1 − δ with δ = log p − log q (≥ 0 per token; Schulman 2020).
     """
-    if sampler_log_probs.shape != trainer_log_probs.shape or response_mask.shape != trainer_log_probs.shape:
+    if (
+        sampler_log_probs.shape != trainer_log_probs.shape
+        or response_mask.shape != trainer_log_probs.shape
+    ):
         raise ValueError(
             f"sampler_log_probs {tuple(sampler_log_probs.shape)}, trainer_log_probs "
-            f"{tuple(trainer_log_probs.shape)} and response_mask {tuple(response_mask.shape)} must match"
+            f"{tuple(trainer_log_probs.shape)} and response_mask {tuple(response_mask.shape)} must "
+            "match"
         )
     with torch.no_grad():
         sampler = sampler_log_probs.detach().double()

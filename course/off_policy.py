@@ -7,8 +7,9 @@ them (shapes: B sequences × T positions):
                                ratio_k1 = r·δ (Schulman 2020, "Approximating KL divergence",
                                http://joschu.net/blog/kl-approx.html; the fourth is open-instruct's)
   truncated_importance_weights w = min(π_old/π_sampler, C), no gradient: the sampler (vLLM, bf16) is
-                               not the trainer (Yao et al. 2025, "Your efficient RL framework secretly
-                               brings you off-policy RL training", https://fengyao.notion.site/off-policy-rl)
+                               not the trainer (Yao et al. 2025, "Your efficient RL framework
+                               secretly brings you off-policy RL training",
+                               https://fengyao.notion.site/off-policy-rl)
   compute_grpo_loss            open-instruct's per-token loss (open_instruct/grpo_utils.py): DAPO's
                                decoupled bounds clip(r, 1−ε_low, 1+ε_high) (Yu et al. 2025, arXiv
                                2503.14476) or CISPO (arXiv 2506.13585), TIS weights on the max (as
@@ -121,7 +122,8 @@ class GRPOLossConfig:
     clip_higher: float = 0.2
     """ε_high: clipped above at 1 + clip_higher (DAPO's clip-higher uses 0.28); CISPO's cap."""
     kl_estimator: str = "k3"
-    """"k1" = δ, "k2" = δ²/2, "k3" = exp(−δ) − 1 + δ, "ratio_k1" = ratio·δ, with δ = log π − log π_ref."""
+    """"k1" = δ, "k2" = δ²/2, "k3" = exp(−δ) − 1 + δ, "ratio_k1" = ratio·δ, with δ = log π − log
+    π_ref."""
     beta: float = 0.0
     """Weight of the KL penalty in the total loss pg_loss_max + beta·kl."""
 

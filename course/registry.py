@@ -1,13 +1,14 @@
-"""What is graded: the one registry that `course`, the autograder, the notebooks and the release read.
+"""What is graded: the one registry that `course`, the autograder, the notebooks and the release
+read.
 
 Each stage is one notebook and one `course` module; each graded function belongs to one stage and
 is worth the sum of its autograder checks' points (tests/test_registry.py holds the two equal, so a
 check added without its points here fails a test). The same points are the nbgrader `points` of the
 function's self-check cell (`instructor.release` sets them), so `nbgrader autograde` and `pytest
 autograder` grade on one scale, with the same maximum on every device.
-Written answers (`WRITTEN`: notebook 08's experiments) are nbgrader's manually graded cells: a person
-grades them in nbgrader's formgrader against the rubric in solutions/, and `pytest autograder` does
-not, so its score is the autograded part of nbgrader's, point for point.
+Written answers (`WRITTEN`: notebook 08's experiments) are nbgrader's manually graded cells: a
+person grades them in nbgrader's formgrader against the rubric in solutions/, and `pytest
+autograder` does not, so its score is the autograded part of nbgrader's, point for point.
 The order of `REGISTRY` is the order a learner builds them in: a later stage may call the reference
 of an earlier one, never its own.
 """
@@ -59,7 +60,8 @@ STAGES: dict[str, tuple[str, ...]] = {s.key: tuple(s.functions) for s in REGISTR
 GRADED_FUNCTIONS: tuple[str, ...] = tuple(name for s in REGISTRY for name in s.functions)
 STAGE_OF: dict[str, str] = {name: s.key for s in REGISTRY for name in s.functions}
 HOME_MODULES: dict[str, str] = {name: s.module for s in REGISTRY for name in s.functions}
-STAGE_MODULES: dict[str, str] = {module: s.key for s in REGISTRY for module in (s.module, *s.helper_modules)}
+STAGE_MODULES: dict[str, str] = {module: s.key for s in REGISTRY for module in (s.module,
+                                                                                *s.helper_modules)}
 POINTS: dict[str, int] = {name: points for s in REGISTRY for name, points in s.functions.items()}
 
 # The written answers: grade_id of each manually graded cell -> its nbgrader points (set by

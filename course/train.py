@@ -59,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(
         prog="python -m course.train", description="End-to-end GRPO: the course's stages, "
         "assembled into a loop that learns on a laptop CPU.",
-        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on CPU).")
+        epilog="Data parallel: torchrun --nproc_per_node N -m course.train [options] (gloo on "
+               "CPU).")
     parser.add_argument("--out", type=Path, default=None,
-                        help="folder for metrics.jsonl, summary.json, training_curves.png and policy.pt "
+                        help="folder for metrics.jsonl, summary.json, training_curves.png and "
+                             "policy.pt "
                              "(default: write nothing, print the summary)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run an --out folder already holds")
@@ -125,5 +127,6 @@ if __name__ == "__main__":  # the flags are checked before torch loads (course.c
     try:
         raise SystemExit(main())
     except KeyboardInterrupt:  # Ctrl-C while loading or evaluating; one in a step is the loop's
-        print("interrupted (Ctrl-C) outside the training steps: no summary written", file=sys.stderr)
+        print("interrupted (Ctrl-C) outside the training steps: no summary written",
+              file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None

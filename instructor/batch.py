@@ -8,11 +8,11 @@ notebook (`bob.ipynb`) or one .py file (`carol.py`). Each is graded officially (
 sandbox, with fresh inputs: see `autograder.trusted.isolation`), `--jobs` at a time.
 
 Nothing is lost and nothing is graded twice: each student's grade is stored, as soon as it is
-known, in its own file under `<csv>.results/` (written whole or not at all: `autograder.trusted.results`),
-with a digest of what was graded. A run that is interrupted is resumed by running the same
-command: a student whose stored grade matches the entry as it is now is skipped, unless
-`--regrade`. The CSV (`student,score,max_score`, then one column per stage) and the feedback files
-(one per student, every check with its diagnosis) are written from the stored grades.
+known, in its own file under `<csv>.results/` (written whole or not at all:
+`autograder.trusted.results`), with a digest of what was graded. A run that is interrupted is
+resumed by running the same command: a student whose stored grade matches the entry as it is now is
+skipped, unless `--regrade`. The CSV (`student,score,max_score`, then one column per stage) and the
+feedback files (one per student, every check with its diagnosis) are written from the stored grades.
 
 What is reused between submissions: each job is a process that imported the trusted side once
 (torch, the checks, the references, the model). What is not: every submission gets a sandbox of
@@ -20,7 +20,8 @@ its own (a fresh template, started while the job's previous submission is being 
 its start costs no wall time), whose stage children run under their own user ids; a .py
 submission is copied alone into a private folder. So no student sees another's files, nor
 anything a previous submission left in a sandbox's /tmp or /dev/shm. A submission that crashes or
-hangs is stopped by the grader's time limits and costs only its own row; a grading that fails on the trusted side costs only its row too.
+hangs is stopped by the grader's time limits and costs only its own row; a grading that fails on the
+trusted side costs only its row too.
 
 A grading that did not complete (the sandbox would not start, the time limit ran out, the grader
 failed) is no grade: its row says `incomplete` where the score would be, with no stage points, its
@@ -283,7 +284,8 @@ def short_note(problems: list[str], shown: int = 3) -> str:
     """The CSV's note: the first `shown` problems with the submission, and how many more the
     feedback file lists; empty only for a submission read without a problem."""
     more = len(problems) - shown
-    return "; ".join(problems[:shown]) + (f"; and {more} more in the feedback file" if more > 0 else "")
+    return "; ".join(problems[:shown]) + (f"; and {more} more in the feedback file" if more > 0
+                                          else "")
 
 
 # ---- the class ---------------------------------------------------------------------------------
@@ -423,7 +425,8 @@ def grade_class(folder: Path, csv_path: Path, feedback_dir: Path, jobs: int, reg
     store.mkdir(exist_ok=True)
     feedback_dir.mkdir(parents=True, exist_ok=True)
     students = entries(folder)
-    todo = {s: e for s, e in students.items() if regrade or (stored(store, s) or {}).get("incomplete")
+    todo = {s: e for s, e in students.items() if regrade or (stored(store, s)
+                                                             or {}).get("incomplete")
             or (stored(store, s) or {}).get("fingerprint") != submission_digest(e)}
     skipped = len(students) - len(todo)
     if skipped:
@@ -502,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=seconds, default=600.0,
                         help="wall-clock seconds one submission's whole grading may take")
     parser.add_argument("--memory-mb", type=memory_mb, default=4096,
-                        help="address space (MiB) a submission may use beyond the grader's own libraries")
+                        help="address space (MiB) a submission may use beyond the grader's own "
+                             "libraries")
     parser.add_argument("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     args = parser.parse_args(argv)
     if not args.dir.is_dir():

@@ -1,4 +1,5 @@
-"""The student edition: an installable folder for students, with the reference of revealed stages only.
+"""The student edition: an installable folder for students, with the reference of revealed stages
+only.
 
     python -m instructor.release --student-edition DIR [--reveal 1,2] [--force]
 
@@ -15,10 +16,12 @@ writes into DIR:
     autograder/                  the student-side autograder: the checks and their stored cases
                                  (fixtures/expected.pt), graded from stored cases only, without the
                                  reference (a PRACTICE grade); the copy detector's fingerprints as
-                                 salted hashes (fixtures/fingerprints.json), never the reference's code
+                                 salted hashes (fixtures/fingerprints.json), never the reference's
+                                 code
     docs/, benchmarks/README.md  the pages the notebooks send a learner to (`EDITION_PAGES`): the
                                  frameworks map, the real-model guide, the measured times
-    edition.json                 what was revealed; its presence switches the autograder to stored-only
+    edition.json                 what was revealed; its presence switches the autograder to
+                                 stored-only
 
 Left out: solutions/, tests/ and the instructor's tools (the whole `instructor/` package, and its
 `instructor` extra: nbgrader, latex2mathml). Stubs come from `autograder.trusted.reference.stubbed`,
@@ -55,8 +58,9 @@ class StageNotRevealed(RuntimeError):
 
 
 def __reference_called__(name):
-    raise StageNotRevealed(f"course.{{name}} is not revealed yet (stage {key}, {title}): write it in "
-                           "your notebook {notebook}, or wait for the instructor to reveal it")
+    raise StageNotRevealed(f"course.{{name}} is not revealed yet (stage {key}, {title}): "
+                           "write it in your notebook {notebook}, or wait for the instructor "
+                           "to reveal it")
 
 
 __reference_called__.stage = {key!r}
@@ -209,7 +213,8 @@ stage, and an autograder checks each function you write.
 ## Install
 
     python -m venv .venv && . .venv/bin/activate      # Windows: .venv\\Scripts\\activate
-    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu   # or your GPU's wheel
+    # the CPU wheel; leave out --index-url for your GPU's
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
     pip install -e .
 
 (The CPU wheel is small; a plain `pip install torch` on Linux fetches the multi-GB CUDA build.
@@ -269,8 +274,8 @@ def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
                   solutions: Path = SOLUTIONS) -> list[Path]:
     """Write the student edition into `folder` (see the module docstring); returns the notebooks
     written. Raises ValueError for a folder that cannot hold one or stale stored cases, and
-    `instructor.manifest.EditedNotebooks` (writing nothing) where a notebook was edited since the last
-    build."""
+    `instructor.manifest.EditedNotebooks` (writing nothing) where a notebook was edited since the
+    last build."""
     from instructor.manifest import refuse_if_edited
     from instructor.nbgrader_release import generate_release
 
@@ -301,7 +306,8 @@ def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
         (staged / "pyproject.toml").write_text(pyproject(revealed), encoding="utf-8")
         unrevealed = [s.key for s in REGISTRY if s.key not in revealed]
         (staged / EDITION_MARKER).write_text(json.dumps(
-            {"revealed": list(revealed), "not_revealed": unrevealed}, indent=1) + "\n", encoding="utf-8")
+            {"revealed": list(revealed), "not_revealed": unrevealed}, indent=1) + "\n",
+                                             encoding="utf-8")
 
         folder.mkdir(parents=True, exist_ok=True)
         for path in sorted(staged.iterdir()):

@@ -91,8 +91,12 @@ def bundle_files(root: Path = ROOT) -> list[tuple[Path, str]]:
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*")):
             relative = path.relative_to(root)
-            if path.is_file() and not path.is_symlink() and not SKIPPED_PARTS & set(relative.parts) \
-                    and path.suffix not in (".pyc", ".pyo"):
+            if (
+                path.is_file()
+                and not path.is_symlink()
+                and not SKIPPED_PARTS & set(relative.parts)
+                and path.suffix not in (".pyc", ".pyo")
+            ):
                 files.append((path, relative.as_posix()))
     return files
 
@@ -107,7 +111,8 @@ def build(out: Path, root: Path = ROOT, allow_reference: bool = False,
     torch = next(r for r in needs if re.match(r"torch\b", r))
     flags = (" --allow-reference" if allow_reference else "") + \
         (f" --copies {copies}" if copies != "flag" else "")
-    generated = {"run_autograder": RUN_AUTOGRADER.replace("{flags}", flags), "setup.sh": SETUP_SH.format(torch=torch),
+    generated = {"run_autograder": RUN_AUTOGRADER.replace("{flags}", flags),
+                 "setup.sh": SETUP_SH.format(torch=torch),
                  "requirements.txt": "".join(f"{r}\n" for r in needs if r != torch),
                  "pytest.ini": PYTEST_INI}
     names = []
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--allow-reference", action="store_true",
                         help="copies of the reference earn points: a bundle to check the solution "
-                             "notebooks with (Gradescope's Test Autograder), never to grade students")
+                             "notebooks with (Gradescope's Test Autograder), never to grade "
+                             "students")
     parser.add_argument("--copies", default="flag", choices=COPIES, help=COPIES_HELP)
     parser.add_argument("--base-image", default="grpo-base:bookworm",
                         help="rehearse: the local image Gradescope's base stands for")
@@ -159,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="rehearse: the container's CPUs (Gradescope's default 0.5)")
     args = parser.parse_args(argv)
     if args.command != "rehearse" and args.paths:
-        parser.error(f"{args.command} takes no positional paths (got {' '.join(map(str, args.paths))})")
+        parser.error(f"{args.command} takes no positional paths (got "
+                     f"{' '.join(map(str, args.paths))})")
     if args.command == "rehearse":
         return _rehearse(parser, args)
     if args.out is None:

@@ -69,7 +69,8 @@ def _student_view(executed: nbformat.NotebookNode, released: nbformat.NotebookNo
     for cell in executed.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
             if cell.id not in stubs:
-                raise ValueError(f"the release has no cell {cell.id!r}: run `python -m instructor.release` first")
+                raise ValueError(f"the release has no cell {cell.id!r}: run `python -m "
+                                 "instructor.release` first")
             cell.source = stubs[cell.id]
         if cell.cell_type == "code":  # a widget needs a live kernel; its static figure stays
             cell.outputs = [out for out in cell.outputs if WIDGET_VIEW not in out.get("data", {})]
@@ -87,14 +88,17 @@ def export_html(solution: Path, released: Path, target: Path, kernel_name: str =
     return target
 
 
-def export_all(solutions_dir: Path, notebooks_dir: Path, out_dir: Path, only: list[str] | None = None,
+def export_all(solutions_dir: Path, notebooks_dir: Path, out_dir: Path,
+               only: list[str] | None = None,
                force: bool = False) -> list[Path]:
     """Export the named notebooks (all by default) to `out_dir/<name>.html`; never overwrite
     an existing page unless `force`."""
     names = only or sorted(p.name for p in solutions_dir.glob("*.ipynb"))
-    missing = [n for n in names if not (solutions_dir / n).is_file() or not (notebooks_dir / n).is_file()]
+    missing = [n for n in names if not (solutions_dir / n).is_file()
+               or not (notebooks_dir / n).is_file()]
     if missing:
-        raise ValueError(f"--only names notebooks that are not in both {solutions_dir} and {notebooks_dir}: {missing}")
+        raise ValueError(f"--only names notebooks that are not in both {solutions_dir} and "
+                         f"{notebooks_dir}: {missing}")
     targets = [out_dir / Path(name).with_suffix(".html").name for name in names]
     existing = [str(t) for t in targets if t.exists()]
     if existing and not force:

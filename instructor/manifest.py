@@ -1,4 +1,5 @@
-"""Nothing a student wrote is lost: what a release wrote is recorded, and edits are never overwritten.
+"""Nothing a student wrote is lost: what a release wrote is recorded, and edits are never
+overwritten.
 
 Every command that writes notebooks into a folder (`python -m instructor.release`, the student
 edition) records there, in `.release-manifest.json`, the SHA-256 of each notebook it wrote. Before

@@ -52,7 +52,8 @@ def nbgrader_environment(config_dir: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     # nbgrader runs its database migrations with the `alembic` command found on PATH: the one
     # beside this interpreter, even when its virtualenv is not activated
-    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH"))
+                                  if p)
     return env
 
 
@@ -67,7 +68,8 @@ def run_nbgrader(args: list[str], course_dir: Path) -> subprocess.CompletedProce
     )
     if result.returncode != 0:
         raise RuntimeError(
-            f"nbgrader {args[0]} failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+            f"nbgrader {args[0]} failed (exit "
+            f"{result.returncode}):\n{result.stdout}\n{result.stderr}"
         )
     return result
 
@@ -123,9 +125,9 @@ def write_registry_points(notebooks: list[Path], write: bool = True) -> list[Pat
 def generate_release(solutions_dir: Path, output_dir: Path, gradebook: bool = False) -> list[Path]:
     """Write nbgrader's student version of every notebook in `solutions_dir` into `output_dir`.
 
-    `output_dir` must not exist yet or be empty of notebooks we would not write; returns the paths written.
-    `gradebook`: let nbgrader make its gradebook first, as its own command does (which a release does
-    not need: benchmarks/bench_release.py times both).
+    `output_dir` must not exist yet or be empty of notebooks we would not write; returns the paths
+    written. `gradebook`: let nbgrader make its gradebook first, as its own command does (which a
+    release does not need: benchmarks/bench_release.py times both).
     """
     notebooks = solution_notebooks(solutions_dir)
     with tempfile.TemporaryDirectory(prefix="grpo_release_") as tmp:
@@ -138,7 +140,8 @@ def generate_release(solutions_dir: Path, output_dir: Path, gradebook: bool = Fa
         write_registry_points([source / notebook.name for notebook in notebooks])
         # --no-db: a release needs no gradebook, and making one runs alembic in a subprocess (more
         # than half of a release's time); the notebooks are the same bytes either way
-        run_nbgrader(["generate_assignment", ASSIGNMENT, "--force", *([] if gradebook else ["--no-db"])],
+        run_nbgrader(["generate_assignment", ASSIGNMENT, "--force", *([] if gradebook
+                                                                      else ["--no-db"])],
                      course_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         written = []
@@ -151,8 +154,10 @@ def generate_release(solutions_dir: Path, output_dir: Path, gradebook: bool = Fa
 
 
 def stale_files(solutions_dir: Path, notebooks_dir: Path) -> list[str]:
-    """Names of notebooks in `notebooks_dir` that differ from a fresh release (or are missing/extra)."""
+    """Names of notebooks in `notebooks_dir` that differ from a fresh release (or are
+    missing/extra)."""
     with tempfile.TemporaryDirectory(prefix="grpo_release_check_") as tmp:
         fresh = {p.name: p.read_bytes() for p in generate_release(solutions_dir, Path(tmp))}
     current = {p.name: p.read_bytes() for p in notebooks_dir.glob("*.ipynb")}
-    return sorted(name for name in fresh.keys() | current.keys() if fresh.get(name) != current.get(name))
+    return sorted(name for name in fresh.keys() | current.keys()
+                  if fresh.get(name) != current.get(name))

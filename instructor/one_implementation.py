@@ -104,10 +104,13 @@ def _module_parts(module) -> tuple[dict, dict, str]:
 
 def _names_used(node: ast.AST) -> set[str]:
     """The global names a top-level statement reads (a function's own locals excluded)."""
-    local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    local = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx,
+                                                                                        ast.Load)}
     if isinstance(node, ast.FunctionDef):
         local |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+    return {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    } - local
 
 
 def _segment(source: str, node: ast.stmt) -> str:
@@ -274,8 +277,10 @@ def write_solution_cells(names: list[str], solutions: Path = SOLUTIONS) -> list[
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = Parser(prog="python -m instructor.one_implementation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the differing solution cells from course")
+    parser = Parser(prog="python -m instructor.one_implementation",
+                    description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the differing solution cells "
+                                                             "from course")
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="only these graded functions (default: every one that differs)")
     args = parser.parse_args(argv)

@@ -100,7 +100,8 @@ def download_wheels(bundle: zipfile.ZipFile) -> Path:
     installed = importlib.metadata.version("torch")
     if done.returncode != 0 and torch != f"torch=={installed}":  # the CPU twin of a GPU build
         raise NoCpuTorch(f"this machine grades with torch {installed}, a GPU "
-                         f"build, and its pip found no {torch} for the image (Gradescope's setup.sh "
+                         f"build, and its pip found no {torch} for the image (Gradescope's "
+                         "setup.sh "
                          f"installs the CPU build): add PyTorch's CPU index to pip's "
                          f"--extra-index-url, or rehearse from a virtualenv with a CPU build "
                          f"(pip: {done.stderr.strip()[-300:]})")

@@ -1,11 +1,15 @@
 """Regenerate the student notebooks (notebooks/) from the instructor notebooks (solutions/).
 
-    python -m instructor.release              # common-mistakes cells, then notebooks/ from solutions/
-    python -m instructor.release --force      # ... even over notebooks edited since the last release
+    # common-mistakes cells, then notebooks/ from solutions/
+    python -m instructor.release
+    # ... even over notebooks edited since the last release
+    python -m instructor.release --force
     python -m instructor.release --check      # exit 1 if either is out of date; write nothing
-    python -m instructor.release --html OUT   # executed HTML pages that read offline (instructor.html_export)
+    # executed HTML pages that read offline (instructor.html_export)
+    python -m instructor.release --html OUT
     python -m instructor.release --student-edition DIR [--reveal 1,2]   # a folder for students
-                                          # (instructor.edition): the reference of revealed stages only
+                                          # (instructor.edition): the reference of revealed stages
+                                          only
 
 First it rewrites the "Common mistakes" cell of every solution notebook from the autograder's
 checks (`instructor.mistakes`), and sets the nbgrader `points` of every self-check cell to its
@@ -87,10 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report drift; write nothing")
     parser.add_argument("--html", type=Path, metavar="OUT",
                         help="write executed HTML pages that read offline into OUT (nothing else)")
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="with --html: these notebooks only")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="with --html: these notebooks "
+                                                                  "only")
     parser.add_argument("--student-edition", type=Path, metavar="DIR",
-                        help="write the student edition into DIR (nothing else): notebooks, support "
-                             "code, a stored-only autograder, the reference of --reveal stages only")
+                        help="write the student edition into DIR (nothing else): notebooks, "
+                             "support "
+                             "code, a stored-only autograder, the reference of --reveal stages "
+                             "only")
     parser.add_argument("--reveal", type=_stages, metavar="STAGES",
                         help="with --student-edition: the stages whose reference it holds, as "
                              "numbers or keys separated by commas (1,2 or 1_tokenization), 'all' "
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     if (written := _written_folder(args)) and (problem := unwritable(written[1])):
         parser.error(f"argument {written[0]}: {problem}")
     if args.html is None and importlib.util.find_spec("nbgrader") is None:
-        parser.error("the release runs nbgrader, which is not installed: pip install -e \".[instructor]\"")
+        parser.error("the release runs nbgrader, which is not installed: pip install -e "
+                     "\".[instructor]\"")
     if args.only and args.html is None:
         parser.error("--only goes with --html")
     if args.student_edition is not None:
@@ -134,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in stale:
             print(f"out of date: {args.notebooks / name}")
         current = not stale and not stale_cells and not stale_points
-        print("solutions/ and notebooks/ are up to date" if current else "run `python -m instructor.release`")
+        print("solutions/ and notebooks/ are up to date" if current else "run `python -m "
+                                                                         "instructor.release`")
         return 0 if current else 1
 
     for path in write_sections(args.solutions):

@@ -92,8 +92,10 @@ def build_model(seed: int, dtype: str, device: str = "cpu", vocab_size: int | No
     from course.loop.models import build_tiny_model
     tokenizer = build_tokenizer()
     with _BUILD_LOCK:
-        model = build_tiny_model(vocab_size=vocab_size or len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        model = build_tiny_model(vocab_size=vocab_size or len(tokenizer),
+                                 pad_token_id=tokenizer.pad_token_id,
+                                 bos_token_id=tokenizer.bos_token_id,
+                                 eos_token_id=tokenizer.eos_token_id,
                                  seed=seed, dtype=DTYPES[dtype], **TINY_MODEL)
     return model.to(device)
 

@@ -1,4 +1,5 @@
-"""The wire between the grader and its worker: one framing, and an answer format the grader controls.
+"""The wire between the grader and its worker: one framing, and an answer format the grader
+controls.
 
 Every message, both ways, is a frame: an 8-byte little-endian length, then that many bytes.
 
@@ -104,8 +105,8 @@ def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:
 
 # ---- encoding (the worker's side) --------------------------------------------------------------
 def encode(value) -> bytes:
-    """Plain data (see `autograder.untrusted.probes.to_plain`) -> answer bytes. Other types become a marker;
-    a string longer than the grader accepts is cut (an honest but verbose error message)."""
+    """Plain data (see `autograder.untrusted.probes.to_plain`) -> answer bytes. Other types become a
+    marker; a string longer than the grader accepts is cut (an honest but verbose error message)."""
     blobs = []
 
     def tree(x):

@@ -1,4 +1,5 @@
-"""The trusted judging vocabulary: checks, cases with stored inputs and expected values, comparisons.
+"""The trusted judging vocabulary: checks, cases with stored inputs and expected values,
+comparisons.
 
 A check is a named, pointed function of a `Context` (see `grader.py`) that either returns (full
 points) or raises `Fail` with the reason (zero points). A check may be `paid_with` the main value
@@ -66,7 +67,8 @@ class Check:
     run: Callable
     needs_cuda: bool = False
     paid_with: str | None = None  # title of the check of the same function this one is paid with
-    needs_processes: int = 0  # the data-parallel ranks it forks: a self-check skips it without os.fork
+    # the data-parallel ranks it forks: a self-check skips it without os.fork
+    needs_processes: int = 0
 
     @property
     def name(self) -> str:
@@ -96,27 +98,42 @@ class Tolerance:
 
 
 # Measured across ATEN_CPU_CAPABILITY default/avx2/avx512, 1-2 threads and one-ulp input changes
-# (tests/test_portability.py). A float64 exp/log differs by ≤ 1 ulp (1.1e-16) between math libraries.
-VALUES = Tolerance(1e-6, 1e-8, "float64 cases: libm and SIMD widths differ by ≤ 1e-15 relative, and one "
-                   "ulp in a group of equal rewards, divided by std + eps = 1e-6, by 2e-10 absolute (1/45 "
-                   "of atol); rtol leaves room for correct code that rounds once in float32 (a float32 "
-                   "torch.tensor(cap): 2e-8). Known bugs move a value by ≥ 1e-2 (eps inside the sqrt: "
+# (tests/test_portability.py). A float64 exp/log differs by ≤ 1 ulp (1.1e-16) between math
+# libraries.
+VALUES = Tolerance(1e-6, 1e-8, "float64 cases: libm and SIMD widths differ by ≤ 1e-15 relative, "
+                               "and one "
+                   "ulp in a group of equal rewards, divided by std + eps = 1e-6, by 2e-10 "
+                   "absolute (1/45 "
+                   "of atol); rtol leaves room for correct code that rounds once in float32 (a "
+                   "float32 "
+                   "torch.tensor(cap): 2e-8). Known bugs move a value by ≥ 1e-2 (eps inside the "
+                   "sqrt: "
                    "6e-7 at eps = 1e-6, but 10% in the eps = 0.1 cases)")
-MODEL = Tolerance(1e-5, 1e-5, "the float64 tiny OLMo2 normalizes in float32 (RMSNorm upcasts): log-probs "
-                  "move by ≤ 7e-8 across CPU capabilities and one-ulp weights (1/800 of the tolerance); "
+MODEL = Tolerance(1e-5, 1e-5, "the float64 tiny OLMo2 normalizes in float32 (RMSNorm upcasts): "
+                              "log-probs "
+                  "move by ≤ 7e-8 across CPU capabilities and one-ulp weights (1/800 of the "
+                  "tolerance); "
                   "the nearest known bug (unnormalized logits) is off by logsumexp ≈ 4")
-UPDATE = Tolerance(1e-5, 1e-5, "a train-step update through the float32 RMSNorm: ≤ 5e-8 (4e-7 of the "
-                   "largest entry) across CPU capabilities, 1/28 of the tolerance (atol is scaled by the "
+UPDATE = Tolerance(1e-5, 1e-5, "a train-step update through the float32 RMSNorm: ≤ 5e-8 (4e-7 of "
+                               "the "
+                   "largest entry) across CPU capabilities, 1/28 of the tolerance (atol is scaled "
+                   "by the "
                    "largest entry); wrong normalizations move it by ≥ 5%")
-METADATA = Tolerance(1e-5, 1e-7, "train-step losses are sums of float32-rounded terms of opposite sign: "
+METADATA = Tolerance(1e-5, 1e-7, "train-step losses are sums of float32-rounded terms of opposite "
+                                 "sign: "
                      "≤ 3.5e-9 absolute / 9e-7 relative across CPU capabilities, ≥ 11× inside; "
                      "a wrong count or normalization is off by ≥ 1%")
-FLOAT32_CHUNKS = Tolerance(1e-5, 1e-5, "a float32 model scored chunk by chunk against all at once: the "
-                           "logsumexp sums in another order, ≤ 1e-6 measured at V = 8192 (|log p| ≤ 10), "
-                           "1/10 of the tolerance; a chunk's own normalizer instead of the row's is off by ≥ 1")
-LARGE_LOGITS = Tolerance(1e-4, 1e-3, "float32 logits near 1e3 carry 6e-5 absolute rounding into logsumexp: "
+FLOAT32_CHUNKS = Tolerance(1e-5, 1e-5, "a float32 model scored chunk by chunk against all at once: "
+                                       "the "
+                           "logsumexp sums in another order, ≤ 1e-6 measured at V = 8192 (|log p| "
+                           "≤ 10), "
+                           "1/10 of the tolerance; a chunk's own normalizer instead of the row's "
+                           "is off by ≥ 1")
+LARGE_LOGITS = Tolerance(1e-4, 1e-3, "float32 logits near 1e3 carry 6e-5 absolute rounding into "
+                                     "logsumexp: "
                          "16× room; the naive softmax·log gives NaN")
-BFLOAT16 = Tolerance(0.0, 2e-3, "float32 log-softmax of the same bfloat16 logits; a bfloat16 log-softmax "
+BFLOAT16 = Tolerance(0.0, 2e-3, "float32 log-softmax of the same bfloat16 logits; a bfloat16 "
+                                "log-softmax "
                      "is off by up to 2^-8·|log p| ≈ 1e-2")
 
 
@@ -146,10 +163,11 @@ def _largest(expected: torch.Tensor) -> float:
 
 def bounds(tolerance: Tolerance, got: torch.Tensor, expected: torch.Tensor, scale: float = 1.0,
            magnitude: float | None = None) -> tuple[float, float]:
-    """(rtol, atol) for `got`: the tolerance, widened to float32 rounding where `got` carries float32
-    precision and `expected` is float64. The absolute part is relative to `magnitude` (default: the
-    largest finite expected entry), the size of the terms whose rounding the answer keeps. Half
-    precision is never widened: a bfloat16 answer to a float32 question is a mistake of its own."""
+    """(rtol, atol) for `got`: the tolerance, widened to float32 rounding where `got` carries
+    float32 precision and `expected` is float64. The absolute part is relative to `magnitude`
+    (default: the largest finite expected entry), the size of the terms whose rounding the answer
+    keeps. Half precision is never widened: a bfloat16 answer to a float32 question is a mistake of
+    its own."""
     rtol, atol = tolerance.rtol, tolerance.atol * scale
     if expected.dtype != torch.float64 or precision(got) != torch.float32:
         return rtol, atol
@@ -169,7 +187,8 @@ class Case:
     """Inputs made from a seed, and the reference's answer for them.
 
     For `seeds`, the inputs and the answer are stored in autograder/fixtures/expected.pt: the
-    submission is fed the stored inputs, so a machine that rounds `make` differently changes nothing.
+    submission is fed the stored inputs, so a machine that rounds `make` differently changes
+    nothing.
     """
 
     name: str
@@ -266,14 +285,16 @@ def close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -
 
 
 def number(value: float) -> str:
-    """Every digit a float64 has (repr's shortest round-trip), so two printed values never look equal."""
+    """Every digit a float64 has (repr's shortest round-trip), so two printed values never look
+    equal."""
     return repr(float(value))
 
 
 def _where(got: torch.Tensor, expected: torch.Tensor) -> str:
     g, e = got.detach().double(), expected.detach().double()
     error = (g - e).abs().nan_to_num(float("inf"))
-    index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape)) if error.ndim else ()
+    index = tuple(int(i) for i in torch.unravel_index(error.argmax(),
+                                                      error.shape)) if error.ndim else ()
     return (f"largest difference {float(error.max()):.3g} at index {list(index)}: "
             f"got {number(g[index])} ({got.dtype}), expected {number(e[index])} ({expected.dtype})")
 
@@ -305,7 +326,11 @@ def compare(got, expected: torch.Tensor, what: str, mistakes=(), tolerance: Tole
         raise Fail(f"{what} is wrong: {hint}")
     if tuple(got.shape) != tuple(expected.shape):
         raise Fail(f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
-    if got.dtype.is_floating_point and bool(torch.isnan(got).any()) and not bool(torch.isnan(expected).any()):
+    if (
+        got.dtype.is_floating_point
+        and bool(torch.isnan(got).any())
+        and not bool(torch.isnan(expected).any())
+    ):
         raise Fail(f"{what} contains NaN where the expected values are finite")
     near = close(got, expected, PLAUSIBLE.rtol, PLAUSIBLE.atol * _largest(expected))
     raise Fail(f"{what} does not match the reference: {_where(got, expected)}", near=near)
@@ -334,7 +359,8 @@ def scalar_bounds(got, expected: float, tolerance: Tolerance = VALUES,
 
 def scalar_matches(got, expected: float, tolerance: Tolerance = VALUES,
                    magnitude: float | None = None) -> bool:
-    """Whether the number `got` (already read with `scalar`) is `expected` within `scalar_bounds`."""
+    """Whether the number `got` (already read with `scalar`) is `expected` within
+    `scalar_bounds`."""
     rtol, atol = scalar_bounds(got, expected, tolerance, magnitude)
     return abs(float(got) - expected) <= atol + rtol * abs(expected)
 
@@ -365,8 +391,8 @@ def field(output, key: str, what: str):
 
 def item(output, index: int, length: int, what: str):
     if not isinstance(output, (list, tuple)) or len(output) != length:
-        raise Fail(f"{what} should be a tuple of {length}, got "
-                   f"{type(output).__name__}{'' if not isinstance(output, (list, tuple)) else f' of {len(output)}'}")
+        size = f" of {len(output)}" if isinstance(output, (list, tuple)) else ""
+        raise Fail(f"{what} should be a tuple of {length}, got {type(output).__name__}{size}")
     return output[index]
 
 
@@ -406,7 +432,8 @@ def describe_error(function: str, response: dict, load_problems=()) -> str:
             return f"{function} could not import {missing!r}: {no_package(missing)}"
         absent = sorted({name for name in map(missing_package, load_problems) if name})
         if response.get("error_type") == "NameError" and absent:
-            return (f"{function} raised NameError: {response.get('message')}, after the submission's "
+            return (f"{function} raised NameError: {response.get('message')}, after the "
+                    "submission's "
                     "import of " + ", ".join(map(repr, absent)) + " failed: "
                     + "; ".join(map(no_package, absent)))
         tail = str(response.get("traceback", "")).strip().splitlines()[-3:]

@@ -1,9 +1,10 @@
 """The grader: runs checks against a submission and keeps the score.
 
 `Grader` owns the sandboxed worker and a client per stage (or, for notebook self-checks, the
-in-process runner of `autograder.selfcheck`), the stored expected values, and the results. Checks see it through `Context`, which turns every way a probe can go
-wrong — missing function, exception, delegation, hang, crash — into a `Fail` with a clear message,
-so one broken function costs only its own checks.
+in-process runner of `autograder.selfcheck`), the stored expected values, and the results. Checks
+see it through `Context`, which turns every way a probe can go wrong — missing function, exception,
+delegation, hang, crash — into a `Fail` with a clear message, so one broken function costs only its
+own checks.
 
 A stored-only grading (`stored_only`; always in the student edition, which holds no unrevealed
 reference) judges from the stored cases of autograder/fixtures/expected.pt alone: no fresh case is
@@ -270,7 +271,8 @@ class Grader:
                 raise IsolationUnavailable(f"--official: refusing to grade without isolation: "
                                            f"{self.practice}")
             if options.official and self.stored_only:
-                raise IsolationUnavailable(f"--official: a stored-only grading is a practice grade; "
+                raise IsolationUnavailable("--official: a stored-only grading is a practice "
+                                           "grade; "
                                            f"{OFFICIAL_ELSEWHERE}")
             fits = sandbox is not None and sandbox.isolated == (self.practice is None) \
                 and sandbox.tier == self.isolation_tier and sandbox.device == device \
@@ -285,7 +287,8 @@ class Grader:
         self.fixtures = load_fixtures()
         self.results: list[dict] = []
         self.verdicts: dict[str, tuple] = {}  # check name -> (score, output), judged once
-        self.near: set[str] = set()  # value checks failed by a near miss only: their gates stay open
+        # value checks failed by a near miss only: their gates stay open
+        self.near: set[str] = set()
         self.case_cache: dict[str, list] = {}
         self.broken: dict[str, str] = {}  # function -> why its remaining checks fail fast
         self.load_failure: str | None = None
@@ -318,7 +321,8 @@ class Grader:
                     "id with Landlock and seccomp, without namespaces; memory bounded per process "
                     f"and, for the whole grading, {self.runner.memory_bound}")
         return ("isolated (tier 1, bubblewrap): each stage ran alone in a bubblewrap sandbox; "
-                f"memory bounded per process and, for the whole grading, {self.runner.memory_bound}")
+                "memory bounded per process and, for the whole grading, "
+                f"{self.runner.memory_bound}")
 
     # ---- talking to the submission -------------------------------------------------------
     def _remaining(self) -> float:
@@ -514,7 +518,8 @@ class Grader:
                 score, output = None, f"skipped: paid only with '{check.gate}', which is skipped"
             elif gate_score == 0 and check.gate not in self.near:
                 note = f"paid only when '{check.gate}' passes"
-                output = (f"this check passes, but it is {note}, and that check failed: {gate_output}"
+                output = (f"this check passes, but it is {note}, and that check failed: "
+                          f"{gate_output}"
                           if score else f"{output} ({note})")
                 score = 0.0
         return self._record(check, score, output, started)
@@ -608,7 +613,8 @@ class Grader:
         if self.similar:  # a test of 0 points that Gradescope shows instructors only ("hidden")
             tests.append({"name": SIMILARITY_TITLE, "score": 0.0, "max_score": 0.0,
                           "status": "passed", "visibility": "hidden",
-                          "output": "\n".join(similarity_lines(self.similar, self.options.copies)[1:])})
+                          "output": "\n".join(similarity_lines(self.similar,
+                                                               self.options.copies)[1:])})
         # extra_data: Gradescope keeps it with the result and shows it to no one
         extra = {"practice": bool(self.practice or self.in_process or self.stored_only),
                  "isolation_tier": self.isolation_tier, "allow_reference": self.allow_reference,
@@ -619,7 +625,8 @@ class Grader:
         write_results(document, path)
 
     def similarity_record(self) -> dict[str, dict]:
-        """{graded function: its similarity flag}, for results.json's extra_data and the batch CSV."""
+        """{graded function: its similarity flag}, for results.json's extra_data and the batch
+        CSV."""
         return {name: {"share": round(found.share, 2), "holder": found.holder,
                        "honest_max": found.honest_max, "threshold": found.threshold,
                        "zeroed": self.options.copies == "zero" and found.penalized,
@@ -692,8 +699,10 @@ class Context:
                               and stored.get("fingerprint") != core.case_fingerprint(spec)):
             raise RuntimeError(f"the stored case {name!r} is missing or its definition changed: "
                                "run `python -m instructor.fixtures`")
-        runs = [CaseRun(f"case {number}", entry["inputs"], entry["expected"], False, entry.get("diagnostics"))
-                for number, entry in enumerate((stored["seeds"][str(seed)] for seed in spec.seeds), start=1)]
+        runs = [CaseRun(f"case {number}", entry["inputs"], entry["expected"], False,
+                        entry.get("diagnostics"))
+                for number, entry in enumerate((stored["seeds"][str(seed)] for seed in spec.seeds),
+                                               start=1)]
         if self.grader.stored_only:
             return runs
         with core.one_thread():

@@ -73,11 +73,13 @@ def _inside(path: Path, folders) -> bool:
 
 def python_folders(root: Path) -> list[Path]:
     """The interpreter and its packages: everything on sys.path except the project itself."""
-    candidates = {Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent.parent}
+    candidates = {Path(sys.base_prefix), Path(sys.prefix),
+                  Path(os.path.realpath(sys.executable)).parent.parent}
     candidates.update(Path(p) for p in sys.path if p and Path(p).is_dir())
     keep = [p.resolve() for p in candidates
             if p.resolve() != root and p.resolve() not in root.parents
-            and (not _inside(p.resolve(), [root]) or _inside(p.resolve(), [Path(sys.prefix).resolve()]))]
+            and (not _inside(p.resolve(), [root]) or _inside(p.resolve(),
+                                                             [Path(sys.prefix).resolve()]))]
     system = [Path("/", name) for name in SYSTEM]
     keep = [p for p in keep if not _inside(p, system)]
     return sorted(p for p in set(keep) if not _inside(p, [q for q in keep if q != p]))
@@ -100,7 +102,8 @@ def bwrap_command(root: Path, visible=(), device: str = "cpu") -> list[str]:
             command += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             command += ["--ro-bind", str(path), str(path)]
-    command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind-try", "/sys", "/sys"]  # gloo, cpuinfo
+    # gloo, cpuinfo
+    command += ["--dev", "/dev", "--proc", "/proc", "--ro-bind-try", "/sys", "/sys"]
     for path, megabytes in TMPFS_MB.items():
         command += ["--perms", "1777", "--size", str(megabytes * 2**20), "--tmpfs", path]
     mounts = python_folders(root) + [root / "autograder"] + [Path(p).resolve() for p in visible]

@@ -112,7 +112,8 @@ def stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
     """`source` with every function of the module (and every method of its private classes)
     replaced by a stub, except `keep` and helpers that its classes or module-level code use."""
     tree = parse(source)
-    kept = set(keep) | {node.id for statement in tree.body if not isinstance(statement, ast.FunctionDef)
+    kept = set(keep) | {node.id for statement in tree.body if not isinstance(statement,
+                                                                             ast.FunctionDef)
             for node in ast.walk(statement) if isinstance(node, ast.Name)}
     body = []
     for statement in tree.body:
@@ -154,7 +155,8 @@ def course_sources(stage: str | None) -> dict[str, str]:
     sources = {}
     for path in sorted(COURSE_DIR.rglob("*.py")):
         parts = ("course", *path.relative_to(COURSE_DIR).with_suffix("").parts)
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # a sub-package: its __init__
+        # a sub-package: its __init__
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         source = path.read_text(encoding="utf-8")
         if stage is not None and MODULE_STAGE.get(name, 0) >= STAGE_NUMBER[stage]:
             source = stubbed(source)
@@ -174,9 +176,11 @@ def course_sources(stage: str | None) -> dict[str, str]:
 #     least FLAG_AT, is flagged with the evidence (`Evidence`); it costs no points unless the
 #     instructor asks for `--copies zero`, and then only at or above the function's THRESHOLDS.
 # HONEST_MAX: the largest share of each reference that an honest implementation holds, measured
-# over the corpus of independent implementations in tests/corpus.py (`benchmarks/bench_similarity.py`,
+# over the corpus of independent implementations in tests/corpus.py
+# (`benchmarks/bench_similarity.py`,
 # benchmarks/README.md; tests/test_copies.py fails when it changes). A function's threshold is
-# FLOOR, or HONEST_MAX + MARGIN where that is higher; where that passes 1.0 no share separates a copy
+# FLOOR, or HONEST_MAX + MARGIN where that is higher; where that passes 1.0 no share separates a
+# copy
 # from honest work (the natural tokenizer holds all of the reference's fingerprints: the task all
 # but dictates it), and the function is flagged at most, never zeroed.
 COPIES = ("flag", "zero")
@@ -313,11 +317,12 @@ def reference_shares(definitions: list[ast.FunctionDef], salt: str = "",
 
 def template_sources() -> dict[str, str]:
     """{module: source} for the sandbox's template, which builds the model and tokenizer once and
-    imports the notebooks' plotting: `course.loop.models`, `course.loop.plotting` and the `course` modules
-    they import at their top level, transitively, with an empty `course` package and the
+    imports the notebooks' plotting: `course.loop.models`, `course.loop.plotting` and the `course`
+    modules they import at their top level, transitively, with an empty `course` package and the
     sub-packages that hold them. No graded module may be among them (the template's modules outlive
     it in every child), so one that is raises."""
-    sources, wanted, todo = course_sources(None), set(), ["course.loop.models", "course.loop.plotting"]
+    sources, wanted, todo = course_sources(None), set(), ["course.loop.models",
+                                                          "course.loop.plotting"]
     while todo:
         name = todo.pop()
         if name in wanted or name not in sources:
@@ -368,12 +373,13 @@ def _matched_lines(name: str, holder: ast.FunctionDef, by_name: dict, texts: dic
     return rows
 
 
-def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str], dict[str, Evidence]]:
+def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str], dict[str,
+                                                                                       Evidence]]:
     """({graded function: why it earns nothing}, {graded function: the evidence of its similarity
     to the reference} for each flagged one), read from `sources` (the submission's code, read,
     never run: its notebooks, or a .py and the helpers it imports). Under `copies="zero"`, each
-    flagged one at or above its threshold earns nothing. A definition is read with the functions it calls from any of
-    `sources`."""
+    flagged one at or above its threshold earns nothing. A definition is read with the functions it
+    calls from any of `sources`."""
     salt, prints = _stored_prints()
     refused: dict[str, str] = {}
     everything, texts = [], {}

@@ -33,7 +33,11 @@ def check_table(results: list[dict], width: int = 100) -> list[str]:
     lines = []
     for r in results:
         mark = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[r["status"]]
-        points = "   -   " if r["status"] == "skipped" else f"{r['score']:g}/{r['max_score']:g}".center(7)
+        points = (
+            "   -   "
+            if r["status"] == "skipped"
+            else f"{r['score']:g}/{r['max_score']:g}".center(7)
+        )
         lines.append(f"{mark} {points} {r['name']}")
         if r["status"] != "passed":
             for part in escape(r["output"]).split("\n")[:12]:

@@ -59,7 +59,8 @@ def write_results(document: dict, path: str | Path) -> None:
     try:
         info = os.fstat(folder)
         if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
-            raise ResultsError(f"cannot write {path}: the private folder {private} was tampered with")
+            raise ResultsError(f"cannot write {path}: the private folder {private} was tampered "
+                               "with")
         descriptor = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o600, dir_fd=folder)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:

@@ -12,14 +12,14 @@ kept in `cleanup_failures` (the grading is then incomplete). A `_reply` that doe
 closes the sandbox ("overloaded"): the grader starts it again (`Grader._run`); a fork asked of a
 closed sandbox raises WorkerError too. `StageClient` is the grader's end of one stage's child,
 forked by the template (`StageProcess`: its pid, and how it ended): the grader sends it requests
-and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire` (size-capped,
-checked before anything is built), with a wall-clock deadline per request. A child that dies or
-hangs is reaped (it and every process of its user id) and replaced for the next request; how it
-ended is told in the student's words: timed out, killed for memory, exited, killed by a signal.
-A time-out is the submission's ("loop") where the child had the CPU for at least `LOOP_SHARE` of
-the time it was given (its user and system time in /proc/PID/stat, proc(5)): an infinite loop or
-far too slow; otherwise it was starved or waiting ("timeout"), which the grader may retry.
-The grader reads nothing by a path the worker could have written: logs go to files the grader
+and reads its answers through pipes it made itself, decoded by `autograder.protocol.wire`
+(size-capped, checked before anything is built), with a wall-clock deadline per request. A child
+that dies or hangs is reaped (it and every process of its user id) and replaced for the next
+request; how it ended is told in the student's words: timed out, killed for memory, exited, killed
+by a signal. A time-out is the submission's ("loop") where the child had the CPU for at least
+`LOOP_SHARE` of the time it was given (its user and system time in /proc/PID/stat, proc(5)): an
+infinite loop or far too slow; otherwise it was starved or waiting ("timeout"), which the grader may
+retry. The grader reads nothing by a path the worker could have written: logs go to files the grader
 created in its own private folder, read back through the grader's own descriptors, size-capped.
 """
 
@@ -47,7 +47,8 @@ DISK_WATCH = Path(__file__).resolve().with_name("diskwatch.py")
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
-CHILD_FILES = 256  # descriptors per process (Docker's default is 1,048,576): deleted files held open
+# descriptors per process (Docker's default is 1,048,576): deleted files held open
+CHILD_FILES = 256
 CHILD_CPU_SECONDS = 1800  # a backstop under the wall-clock deadlines: a stray spinner ends too
 LOOP_SHARE = 0.25  # a time-out promises the child a quarter of a CPU: one that had it ran
 
@@ -115,11 +116,13 @@ class Sandbox:
     def __init__(self, root: Path, device: str, memory_mb: int, isolated: bool, visible=(),
                  tier: str | None = None):
         self.root, self.device, self.isolated, self.visible = root, device, isolated, visible
-        self.tier = (tier or isolation.isolation_tier(root)[0] or "bubblewrap") if isolated else None
+        self.tier = (tier or isolation.isolation_tier(root)[0]
+                     or "bubblewrap") if isolated else None
         self.memory_bytes = memory_mb * 2**20  # per child, on top of what the template mapped
         self.process = self.control = self.watchdog = None
         self.disk_verdicts: dict[int, str] = {}  # uid -> why the watchdog stopped its child
-        self.cleanup_failures: list[str] = []  # what could not be deleted (the grading is incomplete)
+        # what could not be deleted (the grading is incomplete)
+        self.cleanup_failures: list[str] = []
         self.private = tempfile.mkdtemp(prefix="autograder-")  # 0700: the grader's own folder
         self.stages = None  # tier 2: the folder of the children's private folders (0711)
         if self.tier == "landlock-seccomp":
@@ -190,7 +193,9 @@ class Sandbox:
             try:
                 total = memory.usage(self.cgroup) + self.memory_bytes
                 memory.limit(self.cgroup, total)
-                self.memory_bound = f"by a memory cgroup of {total >> 20} MiB over all its processes"
+                self.memory_bound = (
+                    f"by a memory cgroup of {total >> 20} MiB over all its processes"
+                )
                 return
             except (OSError, ValueError) as exc:
                 why = f"its memory cgroup refused a limit ({exc})"
@@ -356,7 +361,8 @@ class StageClient:
         return self._read(timeout, f"running {message.get('function', 'a probe')}")
 
     def _write(self, message: dict, timeout: float | None = None) -> None:
-        """Send one request (a pickle: the worker is the untrusted side), never blocking for long."""
+        """Send one request (a pickle: the worker is the untrusted side), never blocking for
+        long."""
         try:
             fd = self.process.stdin.fileno()
             os.set_blocking(fd, False)

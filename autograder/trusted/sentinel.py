@@ -47,7 +47,8 @@ class Sentinel:
         self.tops = {root, Path.cwd(), *map(Path, extra_dirs)}
         self.tops.update(Path(p) for p in site.getsitepackages() + [site.getusersitepackages()]
                          if Path(p).is_dir())
-        self.tops.update(Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p)
+        self.tops.update(Path(p) for p in sys.path if p and Path(p).is_dir()
+                         and "site-packages" in p)
         self.before = self._snapshot()
 
     def _snapshot(self) -> dict:

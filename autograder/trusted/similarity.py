@@ -51,7 +51,8 @@ class _Locals(ast.NodeVisitor):
 
 def _emit(node: ast.AST, local: set[str], out: list[str],
           segments: list[tuple[int, list[str]]]) -> None:
-    """Append `node`'s tokens to `out`; a statement nested in a block starts a segment of its own."""
+    """Append `node`'s tokens to `out`; a statement nested in a block starts a segment of its
+    own."""
     if isinstance(node, _DROPPED):
         return
     if isinstance(node, ast.Name):
@@ -132,7 +133,8 @@ def kgrams(segments: list[list[str]], salt: str = "") -> list[str]:
             for i in range(max(1, len(segment) - K + 1))]
 
 
-def kgram_lines(function: ast.FunctionDef | ast.AsyncFunctionDef, salt: str = "") -> dict[str, set[int]]:
+def kgram_lines(function: ast.FunctionDef | ast.AsyncFunctionDef, salt: str = "") -> dict[str,
+                                                                                          set[int]]:
     """{k-gram hash: the lines of `function` whose statements hold it}: where a fingerprint is."""
     lines: dict[str, set[int]] = {}
     for line, segment in lined_tokens(function):

@@ -113,7 +113,8 @@ def restrict_filesystem(read_only: list[str], private: str, abi: int, tcp: bool 
     ruleset = _ruleset(everything, abi)
     try:
         rules = [(path, READ_ONLY) for path in read_only] + [(private, everything),
-                                                              ("/dev/null", FS_READ_FILE | FS_WRITE_FILE)]
+                                                              ("/dev/null",
+                                                               FS_READ_FILE | FS_WRITE_FILE)]
         for path, access in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -234,7 +235,9 @@ def _check(private: str, forbidden: str) -> dict:
     """Confine this process as a stage child and report what still works (the tier-2 self-test)."""
     seen = {"abi": landlock_abi(), "no_new_privs": _libc.prctl(38, 1, 0, 0, 0) == 0}
     confine([sys.prefix, sys.base_prefix, "/usr", "/lib", "/lib64"], private)
-    for name, attempt in (("write_private", lambda: open(os.path.join(private, f"check-{os.getpid()}"), "x").close()),
+    for name, attempt in (("write_private", lambda: open(os.path.join(private,
+                                                                      f"check-{os.getpid()}"),
+                                                         "x").close()),
                           ("read_forbidden", lambda: open(forbidden, "rb").close()),
                           ("inet_socket", lambda: socket.socket(socket.AF_INET).close()),
                           ("unix_socket", lambda: socket.socket(socket.AF_UNIX).close()),

@@ -1,8 +1,9 @@
 """Probes: the grader's code that calls a submission's function and turns what it returns into data.
 
 This module runs where the student's code runs (a stage child of the sandboxed worker, or the
-notebook's own kernel for a self-check), so nothing it returns is trusted: every result is plain data (dicts, lists,
-numbers, strings, plain `torch.Tensor`s) that the parent decodes safely and judges itself.
+notebook's own kernel for a self-check), so nothing it returns is trusted: every result is plain
+data (dicts, lists, numbers, strings, plain `torch.Tensor`s) that the parent decodes safely and
+judges itself.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
             if isinstance(target, torch.Tensor) and target.requires_grad:
                 cotangent = backward["cotangent"].to(target.device, target.dtype)
                 (target * cotangent).sum().backward()
-            response["grads"] = {arg: to_plain(kwargs[arg].grad) for arg in request.get("grad_wrt", ())}
+            response["grads"] = {arg: to_plain(kwargs[arg].grad) for arg in request.get("grad_wrt",
+                                                                                        ())}
         if measure:
             torch.cuda.synchronize()
             response["peak_bytes"] = int(torch.cuda.max_memory_allocated() - baseline)
@@ -189,7 +191,8 @@ def _one_train_step(state: SubmissionState, request: dict, run_kwargs: dict, wra
 
 
 def probe_train_step(state: SubmissionState, request: dict) -> dict:
-    return {"status": "ok", "runs": [_one_train_step(state, request, run) for run in request["runs"]]}
+    return {"status": "ok", "runs": [_one_train_step(state, request, run)
+                                     for run in request["runs"]]}
 
 
 def ddp_train_step(state: SubmissionState, request: dict, run_kwargs: dict) -> dict:
@@ -264,7 +267,8 @@ def _rank_result(fd: int, deadline: float) -> dict:
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
-PROBES = {"call": probe_call, "train_step": probe_train_step, "train_step_ddp": probe_train_step_ddp}
+PROBES = {"call": probe_call, "train_step": probe_train_step,
+          "train_step_ddp": probe_train_step_ddp}
 
 
 def handle(state: SubmissionState, request: dict) -> dict:

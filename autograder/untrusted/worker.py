@@ -1,9 +1,9 @@
 """The worker: a template process in the sandbox that forks one child per stage to grade it.
 
-`autograder.trusted.sandbox.Sandbox` starts `python -I -B worker.py CONTROL_FD ROOT` inside bubblewrap
-(or, for a practice grade, as a plain subprocess). The template imports torch, transformers and,
-for notebooks, matplotlib once, builds the tokenizer, and waits on CONTROL_FD (a Unix socket to
-the grader) for orders:
+`autograder.trusted.sandbox.Sandbox` starts `python -I -B worker.py CONTROL_FD ROOT` inside
+bubblewrap (or, for a practice grade, as a plain subprocess). The template imports torch,
+transformers and, for notebooks, matplotlib once, builds the tokenizer, and waits on CONTROL_FD (a
+Unix socket to the grader) for orders:
 "fork" (with the child's request pipe, answer pipe and log file passed as descriptors) and "reap"
 (end a child and every process of its user, delete all it could write: tier 1's /tmp, /dev/shm
 and home, as that user; tier 2's private folder; say how it ended). It runs no student code.
@@ -15,8 +15,8 @@ see `autograder.trusted.reference.course_sources`), loads the submission (compil
 itself, under an audit hook, with the grader's modules out of its reach:
 `autograder.untrusted.provenance`), and answers probe requests:
 requests arrive on stdin (pickled by the trusted parent); responses leave on its answer pipe as
-plain data in the format of `autograder.protocol.wire`, which the parent checks before it builds anything.
-Whatever the student's code prints goes to a log file, never to the grader's terminal.
+plain data in the format of `autograder.protocol.wire`, which the parent checks before it builds
+anything. Whatever the student's code prints goes to a log file, never to the grader's terminal.
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ def install_course(sources: dict, extra_globals: dict | None = None):
         del sys.modules[name]
     sys.modules.update(kept)
     importlib.import_module("course")
-    for name, module in kept.items():  # each under its package: `course.loop.models` in `course.loop`
+    # each under its package: `course.loop.models` in `course.loop`
+    for name, module in kept.items():
         parent, _, attribute = name.rpartition(".")
         setattr(sys.modules[parent], attribute, module)
     return finder
@@ -249,7 +250,8 @@ def _compile_submission(submission: dict, course: dict):
     helpers = servable(submission["files"], os.path.basename(target)) if kind == "py" else {}
     provenance = Provenance(course, helpers)
     if kind == "py":  # its helpers are found where its folder would be: before the disk's modules
-        place = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
+        place = next((i for i, f in enumerate(sys.meta_path)
+                      if f is importlib.machinery.PathFinder),
                      len(sys.meta_path))
         codes = {name[:-3]: code for name, code in provenance.helpers.items()}
         sys.meta_path.insert(place, CodeFinder(codes, frozenset(), True, "", {}))
@@ -583,7 +585,8 @@ def _collect_orphans() -> None:
 
 
 def _private_folder(setup: dict, uid: int) -> str | None:
-    """Tier 2: a fresh folder only `uid` may use (its home and tmp), inside the grader's 0711 one."""
+    """Tier 2: a fresh folder only `uid` may use (its home and tmp), inside the grader's 0711
+    one."""
     if setup.get("landlock") is None:
         return None
     from autograder.protocol import cleanup
@@ -613,7 +616,8 @@ def template(control_fd: int, root: str) -> None:
         import pyseccomp  # noqa: F401  (loaded before any child confines itself)
     torch.set_num_threads(1)
     use_ieee_float32()  # every child forked from here computes float32 as the tolerances assume
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a child are ours to reap
+    # orphans of a child are ours to reap
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     global _TEMPLATE_MODULES
     install_course(setup["course"])  # course.loop.models, course.loop.plotting and what they import
     markers.build_tokenizer()

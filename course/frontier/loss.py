@@ -10,8 +10,9 @@ with the ratio r = π/π_b against π_b = π_old (`ratio_against="old"`, PPO's) 
 ("sampler": prime-rl's and SkyRL's `cispo_anchor="rollout"`, SkyRL PR #1859, 2026-07-01); w the
 train step's truncated importance weights min(π_old/μ, cap) (only against π_old: against μ the
 ratio holds that correction already); keep the optional outlier mask
-(`course.frontier.trust_region.outlier_mask`); kl = `estimate_kl` of π against π_ref. Every term is per token, so the train step's normalization
-keeps the update exact under any micro-batching and over data-parallel ranks.
+(`course.frontier.trust_region.outlier_mask`); kl = `estimate_kl` of π against π_ref. Every term is
+per token, so the train step's normalization keeps the update exact under any micro-batching and
+over data-parallel ranks.
 
 Why the sampler: a trainer that recomputes π_old from the weights it is about to update, and
 takes one optimizer step per batch, has π_old = π in value: r ≡ 1, PPO's clip and CISPO's cap

@@ -4,7 +4,8 @@ a dual clip and a floored CISPO weight. Ungraded: a trainer reads them through `
 With r_t = π(o_t)/π_b(o_t) = exp(log π − sg(log π_b)), π_b the policy the ratio is taken against
 (π_old, or the sampler μ: `FrontierLoss.ratio_against`), and a sequence advantage A:
   sapo   −(4/τ)·σ(τ·(r − 1))·A,  τ = τ_pos if A > 0 else τ_neg      SAPO, Qwen 2025 (arXiv
-         2511.20347); verl `compute_policy_loss_sapo` (τ_pos 1.0, τ_neg 1.05), TRL `loss_type="sapo"`
+         2511.20347); verl `compute_policy_loss_sapo` (τ_pos 1.0, τ_neg 1.05), TRL
+         `loss_type="sapo"`
   gmpo   −A·exp(mean_t clip_A(log r_t)) per sequence, clip_A one-sided in log space:
          A > 0: min(log r, ε_high);  A < 0: max(log r, −ε_low)      GMPO 2025 (arXiv
          2507.20673); verl `geo_mean`, TRL `experimental/gmpo` (ε = 0.4 there)

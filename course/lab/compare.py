@@ -1,7 +1,9 @@
 """The loss variants side by side: notebook 08's experiment, rerunnable from the command line.
 
-    python -m course.lab.compare --out runs/compare                       # 5 losses x 2 normalizations, minutes
-    python -m course.lab.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50   # the full one
+    # 5 losses x 2 normalizations, minutes
+    python -m course.lab.compare --out runs/compare
+    # the full one
+    python -m course.lab.compare --out runs/compare --seeds 0 1 2 --steps 300 --eval-every 50
 
 Every (pg_method, normalization, seed) is one `course.train` run; everything else is equal, and the
 seeds fix the problems and the sampling noise, so two variants differ only by their loss. The losses
@@ -49,7 +51,8 @@ from course.variants import LOSS_NORMALIZATIONS, PG_METHODS, RUN_PG_METHODS
 
 # Fields of `TrainConfig` that this command sets per run (the others are common flags).
 PER_RUN = ("pg_method", "normalization", "seed")
-# Short by default: ten runs in a few minutes on a 2-core CPU. `--steps` etc. for the full experiment.
+# Short by default: ten runs in a few minutes on a 2-core CPU. `--steps` etc. for the full
+# experiment.
 DEFAULTS = dict(steps=60, updates_per_rollout=2, eval_problems=100, eval_samples=2, eval_every=20)
 COLUMNS = ("sampled before", "sampled after", "greedy after", "entropy", "KL", "wall s")
 STYLES = {"sequence": "-", "token": "--", "constant": ":"}
@@ -82,7 +85,8 @@ def refuse_missing_extras(parser: Parser, config: TrainConfig) -> None:
 
 def stop_if_interrupted(summary: dict) -> dict:
     """`summary`, unless it is that of a run cut short by Ctrl-C (`course.loop.train.train`
-    returns one): then KeyboardInterrupt, so that the cut-short run is never taken for a whole one."""
+    returns one): then KeyboardInterrupt, so that the cut-short run is never taken for a whole
+    one."""
     if summary.get("interrupted"):
         raise KeyboardInterrupt
     return summary
@@ -111,16 +115,21 @@ def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path
                 config = replace(base, pg_method=pg_method, normalization=normalization, seed=seed)
                 folder = out / f"{pg_method}-{normalization}-seed{seed}"
                 summary = stop_if_interrupted(train(config, folder, progress=False))
-                records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+                records = [json.loads(line)
+                           for line in (folder / "metrics.jsonl").read_text().splitlines()]
                 curve = [(0, summary["accuracy_before"])] + [
-                    (r["step"], r["heldout_accuracy_sampled"]) for r in records if "heldout_accuracy_sampled" in r]
-                runs.append({"pg_method": pg_method, "normalization": normalization, "seed": seed, "curve": curve,
+                    (r["step"], r["heldout_accuracy_sampled"]) for r in records
+                    if "heldout_accuracy_sampled" in r]
+                runs.append({"pg_method": pg_method, "normalization": normalization, "seed": seed,
+                             "curve": curve,
                              "entropy": records[-1]["token_entropy"] if records else float("nan"),
                              "kl": records[-1]["kl_to_reference"] if records else 0.0,
                              **{k: summary[k] for k in ("accuracy_before", "accuracy_after",
                                                         "greedy_accuracy_after", "wall_seconds")}})
-                log(f"{pg_method:>6} {normalization:>8} seed {seed}: sampled {summary['accuracy_before']:.3f} -> "
-                    f"{summary['accuracy_after']:.3f}, greedy {summary['greedy_accuracy_after']:.3f}, "
+                log(f"{pg_method:>6} {normalization:>8} seed {seed}: sampled "
+                    f"{summary['accuracy_before']:.3f} -> "
+                    f"{summary['accuracy_after']:.3f}, greedy "
+                    f"{summary['greedy_accuracy_after']:.3f}, "
                     f"{summary['wall_seconds']:.0f} s")
     return runs
 
@@ -133,9 +142,11 @@ def table(runs: list[dict]) -> list[dict]:
         steps = [step for step, _ in group[0]["curve"]]
         rows.append({
             "variant": f"{key[0]} / {key[1]}", "normalization": key[1], "seeds": len(group),
-            "curve": [(step, statistics.mean(r["curve"][i][1] for r in group)) for i, step in enumerate(steps)],
+            "curve": [(step, statistics.mean(r["curve"][i][1] for r in group))
+                      for i, step in enumerate(steps)],
             **dict(zip(COLUMNS, (statistics.mean(r[k] for r in group) for k in (
-                "accuracy_before", "accuracy_after", "greedy_accuracy_after", "entropy", "kl", "wall_seconds"))))})
+                "accuracy_before", "accuracy_after", "greedy_accuracy_after", "entropy", "kl",
+                "wall_seconds"))))})
     return rows
 
 
@@ -144,7 +155,8 @@ def _cells(row: dict) -> list[str]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| variant | seeds | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+    lines = ["| variant | seeds | " + " | ".join(COLUMNS) + " |",
+             "|---|---|" + "---|" * len(COLUMNS)]
     lines += [f"| {r['variant']} | {r['seeds']} | " + " | ".join(_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -181,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
     parser.add_argument("--pg-methods", nargs="+", choices=RUN_PG_METHODS, default=list(PG_METHODS),
                         help="the policy-gradient losses to train with")
-    parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS, default=["sequence", "token"])
+    parser.add_argument("--normalizations", nargs="+", choices=LOSS_NORMALIZATIONS,
+                        default=["sequence", "token"])
     # a run of no steps has no last step to read the entropy and KL of
     types = {**flag_types(), "steps": flag_type(int, lambda value: out_of_range(value, 1, True))}
     parser.add_argument("--seeds", nargs="+", type=types["seed"], default=[0])
@@ -189,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(**DEFAULTS)
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
-    pg_methods, normalizations, seeds = args.pop("pg_methods"), args.pop("normalizations"), args.pop("seeds")
+    pg_methods, normalizations, seeds = (
+        args.pop("pg_methods"),
+        args.pop("normalizations"),
+        args.pop("seeds"),
+    )
     refuse_repeats(parser, {"--pg-methods": pg_methods, "--normalizations": normalizations,
                             "--seeds": seeds})
     base = TrainConfig(**args)
@@ -201,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem := unwritable(out):
         parser.error(f"argument --out: {problem}")
     if out.exists() and any(out.iterdir()) and not overwrite:
-        parser.error(f"argument --out: {out} is not empty; choose another folder or pass --overwrite")
+        parser.error(f"argument --out: {out} is not empty; choose another folder or pass "
+                     "--overwrite")
     out.mkdir(parents=True, exist_ok=True)
 
     runs: list[dict] = []
@@ -213,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
               "whole, the next one's partial; no compare.md, .json or .png", file=sys.stderr)
         return INTERRUPTED
     rows = table(runs)
-    title = (f"{base.steps} steps, {base.prompts_per_step}x{base.group_size} rollouts, lr {base.lr:g}, "
+    title = (f"{base.steps} steps, {base.prompts_per_step}x{base.group_size} rollouts, lr "
+             f"{base.lr:g}, "
              f"{base.updates_per_rollout} updates/rollout, seeds {' '.join(map(str, seeds))}")
     (out / "compare.md").write_text(f"{title}\n\n{markdown(rows)}")
-    (out / "compare.json").write_text(json.dumps({"config": asdict(base), "seeds": seeds, "rows": rows}, indent=1))
+    (out / "compare.json").write_text(json.dumps({"config": asdict(base), "seeds": seeds,
+                                                  "rows": rows}, indent=1))
     plot(rows, title, out / "compare.png")
     print(f"\n{title}\n\n{markdown(rows)}\nwrote {out / 'compare.png'}")
     return 0

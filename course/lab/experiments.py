@@ -3,8 +3,8 @@
     python -m course.lab.experiments                      # every experiment, two seeds: minutes
     python -m course.lab.experiments group_size --seeds 0 # one experiment, one seed
 
-An experiment is two arms of the failure lab's healthy run (`failure_runs.HEALTHY`: the tiny model on
-the CPU, 8 problems × 8 samples per step) that differ in one option, each trained with the same
+An experiment is two arms of the failure lab's healthy run (`failure_runs.HEALTHY`: the tiny model
+on the CPU, 8 problems × 8 samples per step) that differ in one option, each trained with the same
 seeds, so that the gap between the arms can be held against the gap between two seeds of one arm.
 The notebook trains them with the learner's own stages (`implementations`) and asks for a written
 answer, graded by a person (nbgrader's manually graded cells, `course.registry.WRITTEN`).
@@ -67,7 +67,8 @@ EXPERIMENTS = {
         ("clip_fraction", "kl_to_reference", "reward_mean", "groups_with_signal"), steps=25),
 }
 SEEDS = (0, 1)
-TITLES = {"groups_with_signal": "groups with signal", "gradient_norm": "gradient norm (before clip)",
+TITLES = {"groups_with_signal": "groups with signal", "gradient_norm": "gradient norm (before "
+                                                                       "clip)",
           "reward_mean": "rollout reward", "kl_to_reference": "KL to warm start (k3)",
           "clip_fraction": "clip fraction (tokens)"}
 
@@ -83,9 +84,9 @@ def experiment_named(name: str) -> Experiment:
 def run_experiment(name: str, implementations=None, seeds=SEEDS, steps: int | None = None,
                    log=print) -> Results:
     """Train both arms of experiment `name` for each seed (CPU, one thread, `steps` steps: the
-    experiment's own by default) with `implementations`' stages (None: the reference's). The held-out
-    accuracy is measured once, after the last step. Returns arm -> seed -> records (4 significant
-    digits, `KEPT` metrics); KeyboardInterrupt where a run was cut short by Ctrl-C."""
+    experiment's own by default) with `implementations`' stages (None: the reference's). The
+    held-out accuracy is measured once, after the last step. Returns arm -> seed -> records (4
+    significant digits, `KEPT` metrics); KeyboardInterrupt where a run was cut short by Ctrl-C."""
     experiment = experiment_named(name)
     steps = experiment.steps if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -100,10 +101,12 @@ def run_experiment(name: str, implementations=None, seeds=SEEDS, steps: int | No
     for arm, options in experiment.arms.items():
         results[arm] = {}
         for seed in seeds:
-            config = replace(HEALTHY, **options, steps=steps, eval_every=steps, seed=seed, threads=1)
+            config = replace(HEALTHY, **options, steps=steps, eval_every=steps, seed=seed,
+                             threads=1)
             records, summary = trained_records("healthy", config, implementations=implementations)
             stop_if_interrupted(summary)
-            results[arm][seed] = [{key: rounded(r[key]) for key in KEPT if key in r} for r in records]
+            results[arm][seed] = [{key: rounded(r[key]) for key in KEPT if key in r}
+                                  for r in records]
             log(f"{arm}, seed {seed}: {steps} steps in {summary['wall_seconds']:.0f} s")
     return results
 
@@ -123,8 +126,10 @@ def experiment_table(name: str, results: Results) -> str:
     for arm, runs in results.items():
         for seed, records in runs.items():
             after = records[-1].get("heldout_accuracy_sampled", float("nan"))
-            rows.append(" | ".join([arm, str(seed), *(f"{mean_over_steps(records, key):.3f}" for key in metrics),
-                                    f"{mean_over_steps(records[-10:], 'reward_mean'):.3f}", f"{after:.2f}"]))
+            rows.append(" | ".join([arm, str(seed), *(f"{mean_over_steps(records, key):.3f}"
+                                                      for key in metrics),
+                                    f"{mean_over_steps(records[-10:], 'reward_mean'):.3f}",
+                                    f"{after:.2f}"]))
     return "\n".join(rows)
 
 
@@ -139,7 +144,8 @@ def plot_experiment(name: str, results: Results) -> Figure:
             for colour, (arm, runs) in enumerate(results.items()):
                 for k, (seed, records) in enumerate(runs.items()):
                     axis.plot([r["step"] for r in records], [r[key] for r in records],
-                              styles[k % len(styles)], color=f"C{colour}", label=f"{arm}, seed {seed}")
+                              styles[k % len(styles)], color=f"C{colour}", label=f"{arm}, seed "
+                                                                                 f"{seed}")
             axis.set_title(TITLES.get(key, key))
             axis.set_xlabel("step")
             axis.set_ylabel(key)

@@ -1,6 +1,7 @@
 """Recorded GRPO runs that go wrong: the failure-mode lab of notebook 09.
 
-    python -m course.lab.failure_runs                 # writes course/checkpoints/failure_runs/*.json
+    # writes course/checkpoints/failure_runs/*.json
+    python -m course.lab.failure_runs
     python -m course.lab.failure_runs --out DIR --steps 2 --runs healthy
 
 Each run is `course.train` on the tiny default model (CPU, seed 0, 8 x 8 rollouts per step) with
@@ -43,7 +44,8 @@ from course.paths import CHECKPOINTS
 
 T = TypeVar("T")
 RECORDED = CHECKPOINTS / "failure_runs"
-HEALTHY = TrainConfig(steps=50, eval_every=25, eval_problems=100, eval_samples=1, seed=0, device="cpu")
+HEALTHY = TrainConfig(steps=50, eval_every=25, eval_problems=100, eval_samples=1, seed=0,
+                      device="cpu")
 # name: the options that differ from HEALTHY
 RUNS = {
     "healthy": {},
@@ -56,7 +58,8 @@ RUNS = {
 }
 # name: what the run injects that no TrainConfig option sets (see the module docstring)
 INJECTED = {
-    "per_micro_batch": "each micro-batch divided by its own token count, times its share b/B of the rows",
+    "per_micro_batch": "each micro-batch divided by its own token count, times its share b/B of "
+                       "the rows",
     "hackable_reward": "a reward that also pays for any answer longer than the right one",
 }
 KEPT = ("step", "reward_mean", "format_reward_mean", "kl_to_reference", "gradient_norm",
@@ -68,8 +71,10 @@ LETTERS = tuple(chr(ord("A") + i) for i in range(len(LAB_ORDER)))
 # what every record holds (the held-out metrics are there every eval_every steps only)
 PER_STEP = KEPT[:9]
 # name: the lab's label for it
-LABELS = {"high_lr": "too high a learning rate", "no_baseline": "no baseline", "kl_strong": "KL too strong",
-          "hackable_reward": "a hackable reward", "per_micro_batch": "per-micro-batch normalization"}
+LABELS = {"high_lr": "too high a learning rate", "no_baseline": "no baseline",
+          "kl_strong": "KL too strong",
+          "hackable_reward": "a hackable reward", "per_micro_batch": "per-micro-batch "
+                                                                     "normalization"}
 # labels that no lab run is, each a failure with a signature these panels would show (so a run
 # can be told from it): with them, elimination does not name the last run
 DISTRACTORS = (
@@ -129,9 +134,10 @@ def rounded(value):
 
 
 def loophole_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
-    """r1-zero's scores (`course.loop.tasks`) with a loophole in `reward`: 1 for the right answer, and
-    also for any answer in the format that is longer than the right one. `format_reward` and
-    `answer_reward` stay r1-zero's, so the answer accuracy (held out too) is still the strict one."""
+    """r1-zero's scores (`course.loop.tasks`) with a loophole in `reward`: 1 for the right answer,
+    and also for any answer in the format that is longer than the right one. `format_reward` and
+    `answer_reward` stay r1-zero's, so the answer accuracy (held out too) is still the strict
+    one."""
     scores = r1_zero_reward_fn(response, ground_truth)
     match = RESPONSE_PATTERN.match(response)
     longer = match is not None and len(match.group("answer").strip()) > len(ground_truth.strip())
@@ -156,11 +162,13 @@ def per_micro_batch_train_step(counts: list[int] | None = None):
     def backward(per_token_loss, response_mask, loss_normalization, step_sequence_count,
                  step_token_count, normalization_constant=None, world_size=1):
         if loss_normalization != "token":
-            raise ValueError(f"loss_normalization: the per-micro-batch bug is token mode's, got {loss_normalization!r}")
+            raise ValueError("loss_normalization: the per-micro-batch bug is token mode's, got "
+                             f"{loss_normalization!r}")
         if counts is not None:
             counts.append(int(response_mask.sum()))
         share = per_token_loss.shape[0] / float(step_sequence_count)  # b/B
-        loss = aggregate_loss_across_microbatch(per_token_loss, response_mask, "token") * share * world_size
+        loss = aggregate_loss_across_microbatch(per_token_loss, response_mask,
+                                                "token") * share * world_size
         loss.backward()
         return loss.detach()
 
@@ -170,7 +178,8 @@ def per_micro_batch_train_step(counts: list[int] | None = None):
 
 
 def trained_records(name: str, config: TrainConfig, counts: list[int] | None = None,
-                    progress: bool = False, task=None, implementations=None) -> tuple[list[dict], dict]:
+                    progress: bool = False, task=None, implementations=None) -> tuple[list[dict],
+                                                                                      dict]:
     """Train run `name` of `RUNS` (with what `INJECTED` says it injects) under `config`: its
     metrics.jsonl records and its summary. `counts` collects per_micro_batch's token counts;
     `task` replaces the run's task (the reward exercise's reward); `implementations` whose stages
@@ -184,7 +193,8 @@ def trained_records(name: str, config: TrainConfig, counts: list[int] | None = N
     if task is None and name == "hackable_reward":
         task = LoopholeAddition()
     with tempfile.TemporaryDirectory(prefix="grpo_failure_run_") as folder:
-        summary = train(config, Path(folder), progress=progress, implementations=implementations, task=task)
+        summary = train(config, Path(folder), progress=progress, implementations=implementations,
+                        task=task)
         lines = (Path(folder) / "metrics.jsonl").read_text().splitlines()
     return list(map(json.loads, lines)), summary
 
@@ -217,7 +227,8 @@ def rerun(name: str, steps: int = REPAIR_STEPS, implementations=None,
     # why eval_every=steps: train() evaluates after the last step anyway; one evaluation, not two
     config = replace(HEALTHY, **{**RUNS[name], **changed}, steps=steps, eval_every=steps)
     records, summary = trained_records(name, config, implementations=implementations)
-    return [{key: rounded(record[key]) for key in KEPT if key in record} for record in records], summary
+    return [{key: rounded(record[key]) for key in KEPT if key in record}
+            for record in records], summary
 
 
 def bug_weights(microbatch_tokens: list[list[int]]) -> tuple[float, float]:
@@ -242,7 +253,8 @@ def load_failure_run(name: str, folder: str | Path = RECORDED) -> dict:
     not recorded, ValueError naming the metrics a record lacks."""
     path = Path(folder) / f"{name}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: run {name!r} is not recorded (python -m course.lab.failure_runs)")
+        raise FileNotFoundError(f"{path}: run {name!r} is not recorded (python -m "
+                                "course.lab.failure_runs)")
     run = json.loads(path.read_text(encoding="utf-8"))
     columns = run.pop("metrics")
     run["records"] = [{key: column[i] for key, column in columns.items() if column[i] is not None}
@@ -299,7 +311,8 @@ def signature_table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def visible_panels(records: list[dict], compared: list[dict], fraction: float = VISIBLE) -> tuple[str, ...]:
+def visible_panels(records: list[dict], compared: list[dict],
+                   fraction: float = VISIBLE) -> tuple[str, ...]:
     """The `PANELS` on which the run `records` differs from the run `compared`: where one of the
     panel's `signature` numbers differs by more than `fraction` of the larger of the two."""
     ours, theirs = signature(records), signature(compared)
@@ -353,7 +366,8 @@ def check_guess(letter: str, guess: str | None, panel: str | None,
 
 def answer_or_none(answer: Callable[[], T]) -> T | None:
     """`answer()`, or None while it is the release's stub (raises NotImplementedError): a cell that
-    uses an unwritten answer says how to answer instead of failing, so the notebook runs headless."""
+    uses an unwritten answer says how to answer instead of failing, so the notebook runs
+    headless."""
     try:
         return answer()
     except NotImplementedError:
@@ -372,7 +386,8 @@ def run_names(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course.lab.failure_runs", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=RECORDED, help=f"folder for the runs (default: {RECORDED})")
+    parser.add_argument("--out", type=Path, default=RECORDED, help="folder for the runs (default: "
+                                                                   f"{RECORDED})")
     parser.add_argument("--steps", type=flag_type(int, lambda v: out_of_range(v, 1, True)),
                         default=HEALTHY.steps, help=f"steps per run (default: {HEALTHY.steps})")
     parser.add_argument("--runs", type=flag_type(str, lambda v: None), default=",".join(RUNS),
@@ -385,9 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --runs: {error}")
     if problem := unwritable(args.out):
         parser.error(f"argument --out: {problem}")
-    existing = [str(args.out / f"{name}.json") for name in names if (args.out / f"{name}.json").exists()]
+    existing = [str(args.out / f"{name}.json") for name in names
+                if (args.out / f"{name}.json").exists()]
     if existing and not args.force:
-        parser.error(f"argument --out: {', '.join(existing)} exist already; pass --force to overwrite them")
+        parser.error(f"argument --out: {', '.join(existing)} exist already; pass --force to "
+                     "overwrite them")
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         path = record_run(name, args.steps, args.out)

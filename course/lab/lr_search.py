@@ -87,7 +87,8 @@ class LearningRateSearch:
         return probe
 
     def table(self) -> str:
-        """One line per probe: rate, held-out accuracy before and after, verdict; then the bracket."""
+        """One line per probe: rate, held-out accuracy before and after, verdict; then the
+        bracket."""
         lines = [f"{'lr':>9} {'held-out before':>15} {'after':>6}  verdict"]
         lines += [f"{p.lr:>9.3g} {p.accuracy_before:>15.2f} {p.accuracy_after:>6.2f}  "
                   f"{'learns' if p.learned else 'does not learn'}" for p in self.probes]

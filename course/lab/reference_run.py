@@ -1,17 +1,18 @@
 """The reference's run of notebook 08, recorded: the curve to compare with where the reference
 cannot run (a student edition).
 
-    python -m course.lab.reference_run        # instructors: writes course/checkpoints/reference_run.json
+    # instructors: writes course/checkpoints/reference_run.json
+    python -m course.lab.reference_run
 
 Notebook 08 trains with the learner's stages, then with the reference on the same seed, and plots
 the two. A student edition ships the reference of the revealed stages only, so there the second
 run cannot happen; this file holds it instead: the per-step records and the summary of
 `NOTEBOOK_RUN` (the notebook's TrainConfig, seed 0, 60 steps) trained on CPU by the reference,
 with the machine and torch version that made it, and the greedy answers of the warm start and of
-the trained policy to a few held-out problems (notebook 01 opens with them: where the stages lead). `instructor.edition` ships it with the checkpoints.
-A run on another machine, torch version or device samples the same tokens only while the floats
-agree to the last digits, so a learner's correct stages match the recorded curve up to the noise
-of sampling, not digit for digit.
+the trained policy to a few held-out problems (notebook 01 opens with them: where the stages lead).
+`instructor.edition` ships it with the checkpoints. A run on another machine, torch version or
+device samples the same tokens only while the floats agree to the last digits, so a learner's
+correct stages match the recorded curve up to the noise of sampling, not digit for digit.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def recorded_reference_run(config: TrainConfig, path: Path = RECORDED) -> tuple[
     (its device, checkpoint folder and threads aside)."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
     wanted, was = compared_fields(config), recorded_config(recorded)
-    differ = [f"{key}={wanted[key]!r} (recorded: {was[key]!r})" for key in wanted if was[key] != wanted[key]]
+    differ = [f"{key}={wanted[key]!r} (recorded: {was[key]!r})" for key in wanted
+              if was[key] != wanted[key]]
     if differ:
         raise ValueError(f"the recorded reference run is another run: {', '.join(differ)}")
     summary = {**recorded["summary"], "machine": recorded["machine"]}

@@ -30,13 +30,15 @@ PROBES = (
     ("the right answer", "</think> <answer>{a}</answer>", RIGHT),
     ("the right answer, then <eos>", "</think> <answer>{a}</answer><eos>", RIGHT),
     ("a wrong answer", "</think> <answer>{w}</answer>", WRONG),
-    ("the right answer with one more digit (Run D's loophole)", "</think> <answer>{a}0</answer>", WRONG),
+    ("the right answer with one more digit (Run D's loophole)", "</think> <answer>{a}0</answer>",
+     WRONG),
     ("the right answer twice", "</think> <answer>{a}{a}</answer>", WRONG),
     ("the right answer without the tags", "{a}", MALFORMED),
     ("an empty answer", "</think> <answer></answer>", WRONG),
     ("the right answer, then more text", "</think> <answer>{a}</answer> or {w}", MALFORMED),
 )
-# the recorded runs' length, so the held-out evaluations (steps 25 and 50) line up; Run D's reward is
+# the recorded runs' length, so the held-out evaluations (steps 25 and 50) line up; Run D's reward
+# is
 # hacked by step 41 of its recording
 REWARD_STEPS = 50
 
@@ -95,7 +97,8 @@ class RewardedAddition(AdditionTask):
     def __init__(self, reward_fn: RewardFn):
         self.name = "addition, rewarded by your reward_fn"
         self.reward_fn = lambda response, truth: {**r1_zero_reward_fn(response, truth),
-                                                  "reward": float(reward_fn(response, truth)["reward"])}
+                                                  "reward": float(reward_fn(response,
+                                                                            truth)["reward"])}
 
 
 def train_with_reward(reward_fn: RewardFn, steps: int = REWARD_STEPS,
@@ -103,6 +106,7 @@ def train_with_reward(reward_fn: RewardFn, steps: int = REWARD_STEPS,
     """The failure lab's healthy run (seed 0, CPU) for `steps` steps, trained on `reward_fn` with
     `implementations`' stages (default: the reference's; the notebook passes the learner's): its
     records, as `failure_runs.load_failure_run`'s, held-out accuracy at the healthy run's steps."""
-    records, _ = trained_records("healthy", replace(HEALTHY, steps=steps), task=RewardedAddition(reward_fn),
+    records, _ = trained_records("healthy", replace(HEALTHY, steps=steps),
+                                 task=RewardedAddition(reward_fn),
                                  implementations=implementations)
     return [{key: rounded(record[key]) for key in KEPT if key in record} for record in records]

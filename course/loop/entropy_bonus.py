@@ -26,7 +26,8 @@ from course.tokenization import tokenize_prompt_and_output
 
 
 class DeferredStep:
-    """An optimizer for a train step that keeps the step's gradients (`gradients`) instead of stepping."""
+    """An optimizer for a train step that keeps the step's gradients (`gradients`) instead of
+    stepping."""
 
     def __init__(self, parameters: list[torch.nn.Parameter]):
         self.parameters, self.gradients = parameters, None
@@ -52,29 +53,38 @@ def entropy_bonus_backward(model, tokens: dict[str, torch.Tensor], gradient_accu
         logits = model(tokens["input_ids"][rows].to(device)).logits                    # (b, T, V)
         # compute_entropy upcasts half precision itself
         per_token = -entropy_coef * compute_entropy(logits / temperature)              # (b, T)
-        total += float(calculate_loss_and_backward(per_token, mask[rows].to(device), loss_normalization,
-                                                   sequences, response_tokens, normalization_constant))
+        total += float(calculate_loss_and_backward(per_token, mask[rows].to(device),
+                                                   loss_normalization,
+                                                   sequences, response_tokens,
+                                                   normalization_constant))
     return total
 
 
-def train_step_with_entropy_bonus(train_step, model, tokenizer, optimizer, gradient_accumulation_steps: int,
-                                  max_grad_norm: float | None, reward_fn, repeated_prompts: list[str],
+def train_step_with_entropy_bonus(train_step, model, tokenizer, optimizer,
+                                  gradient_accumulation_steps: int,
+                                  max_grad_norm: float | None, reward_fn,
+                                  repeated_prompts: list[str],
                                   rollout_responses: list[str], repeated_ground_truths: list[str],
-                                  group_size: int, *, entropy_coef: float, loss_normalization: str = "sequence",
-                                  normalization_constant: float | None = None, temperature: float = 1.0,
+                                  group_size: int, *, entropy_coef: float,
+                                  loss_normalization: str = "sequence",
+                                  normalization_constant: float | None = None,
+                                  temperature: float = 1.0,
                                   **step_arguments) -> tuple[torch.Tensor, dict]:
     """`train_step` (a grpo_train_step) with the bonus −c · Agg(H) added to its loss; one
     optimizer step. Returns the train step's (loss, metadata) with `entropy_bonus` added, `loss`
     including it and `gradient_norm` that of the sum (before clipping)."""
     parameters = [p for p in model.parameters() if p.requires_grad]
     deferred = DeferredStep(parameters)
-    _, metadata = train_step(model, tokenizer, deferred, gradient_accumulation_steps, None, reward_fn,
-                             repeated_prompts, rollout_responses, repeated_ground_truths, group_size,
+    _, metadata = train_step(model, tokenizer, deferred, gradient_accumulation_steps, None,
+                             reward_fn,
+                             repeated_prompts, rollout_responses, repeated_ground_truths,
+                             group_size,
                              loss_normalization=loss_normalization,
                              normalization_constant=normalization_constant, temperature=temperature,
                              **step_arguments)
     if deferred.gradients is None:
-        raise RuntimeError("the train step took no optimizer step, so there is no gradient to add the entropy bonus to")
+        raise RuntimeError("the train step took no optimizer step, so there is no gradient to add "
+                           "the entropy bonus to")
     for parameter, gradient in zip(parameters, deferred.gradients):
         parameter.grad = gradient
     tokens = tokenize_prompt_and_output(repeated_prompts, rollout_responses, tokenizer)
@@ -84,8 +94,10 @@ def train_step_with_entropy_bonus(train_step, model, tokenizer, optimizer, gradi
     gradient_norm = torch.nn.utils.clip_grad_norm_(parameters, bound).detach().float().cpu()
     if not (math.isfinite(bonus) and torch.isfinite(gradient_norm)):
         optimizer.zero_grad(set_to_none=True)
-        raise RuntimeError("non-finite entropy bonus or gradient norm; the optimizer step was aborted")
+        raise RuntimeError("non-finite entropy bonus or gradient norm; the optimizer step was "
+                           "aborted")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     loss = float(metadata["loss"]) + bonus
-    return torch.tensor(loss), {**metadata, "loss": loss, "entropy_bonus": bonus, "gradient_norm": gradient_norm}
+    return torch.tensor(loss), {**metadata, "loss": loss, "entropy_bonus": bonus,
+                                "gradient_norm": gradient_norm}

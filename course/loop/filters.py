@@ -19,8 +19,9 @@ Overlong handling. A response cut at `max_new_tokens` has no ending; its reward 
     added to the reward (verl `reward_manager/dapo.py`, `overlong_buffer`); |y| counts the tokens
     of the response as the train step tokenizes it, the final eos included.
   * overlong filtering (DAPO §3.3; TRL `mask_truncated_completions`): truncated responses (no eos)
-    get importance weight 0 (`course.loop.importance`), so they add no policy-gradient term; they stay in
-    their group's baseline and in the normalization counts (TRL also drops their tokens from N).
+    get importance weight 0 (`course.loop.importance`), so they add no policy-gradient term; they
+    stay in their group's baseline and in the normalization counts (TRL also drops their tokens from
+    N).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from course.loop.rollout import RolloutBatch
 RewardFn = Callable[[str, str], dict[str, float]]
 
 
-def informative_groups(rewards: Sequence[float], group_size: int, tolerance: float = 1e-6) -> list[bool]:
-    """Per group of `group_size` consecutive rewards: False when max − min ≤ `tolerance` (constant)."""
+def informative_groups(rewards: Sequence[float], group_size: int,
+                       tolerance: float = 1e-6) -> list[bool]:
+    """Per group of `group_size` consecutive rewards: False when max − min ≤ `tolerance`
+    (constant)."""
     if group_size < 1 or len(rewards) % group_size:
         raise ValueError(f"group_size must divide the {len(rewards)} rewards, got {group_size}")
     if not tolerance >= 0:
@@ -56,7 +59,8 @@ def keep_groups(rollouts: RolloutBatch, keep: Sequence[bool], group_size: int) -
 
 def regroup_over_ranks(rollouts: RolloutBatch, group_size: int) -> tuple[RolloutBatch, int]:
     """This rank's share of every rank's `rollouts` (whole groups, in rank order, dealt out as
-    evenly as they go), and the number of groups over all ranks. Itself outside torch.distributed."""
+    evenly as they go), and the number of groups over all ranks. Itself outside
+    torch.distributed."""
     if not is_distributed():
         return rollouts, len(rollouts) // group_size
     rank, world_size = rank_and_world_size()
@@ -85,7 +89,8 @@ def soft_overlong_penalty(length: int, max_length: int, buffer: int) -> float:
     return -1.0
 
 
-def with_soft_overlong_penalty(reward_fn: RewardFn, tokenizer, max_length: int, buffer: int) -> RewardFn:
+def with_soft_overlong_penalty(reward_fn: RewardFn, tokenizer, max_length: int,
+                               buffer: int) -> RewardFn:
     """`reward_fn` with DAPO's soft overlong punishment added to its `reward`."""
     soft_overlong_penalty(0, max_length, buffer)  # checks the buffer now, not at the first call
 

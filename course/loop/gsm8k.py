@@ -68,7 +68,8 @@ def load_gsm8k_jsonl(path: str | Path) -> list[MathProblem]:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{where}: not a JSON object ({error.msg})") from None
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("question", "answer")):
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str)
+                                                   for k in ("question", "answer")):
             raise ValueError(f"{where}: needs string fields 'question' and 'answer'")
         truth = final_answer(record["answer"])
         if truth is None:
@@ -112,7 +113,8 @@ def math_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
 def _same_number(predicted: str, ground_truth: str) -> bool:
     from math_verify import ExprExtractionConfig, parse, verify
 
-    # both strings are plain numbers (FINAL_ANSWER), so parsing cannot hang: no timeout, no warning of it
+    # both strings are plain numbers (FINAL_ANSWER), so parsing cannot hang: no timeout, no warning
+    # of it
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     config = [ExprExtractionConfig()]
     gold = parse(ground_truth.replace(",", ""), extraction_config=config, parsing_timeout=None)

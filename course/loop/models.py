@@ -1,4 +1,5 @@
-"""Models and tokenizers: the tiny offline OLMo2 and character tokenizer, and any Hugging Face causal LM.
+"""Models and tokenizers: the tiny offline OLMo2 and character tokenizer, and any Hugging Face
+causal LM.
 
 Nothing here downloads anything unless asked: `load_pretrained` reads a local folder, and a hub id
 only with `allow_download=True`. The tokenizer is a real `PreTrainedTokenizerFast` (Hugging Face
@@ -87,7 +88,8 @@ def build_tiny_model(
     The defaults make a ~0.1M-parameter model that scores a (8, 64) batch in milliseconds on a CPU.
     """
     # imported here, not at the top: transformers' modeling code takes ~2 s to import, which the
-    # autograder's sandbox pays only for a grading that builds a model (`autograder.protocol.markers`)
+    # autograder's sandbox pays only for a grading that builds a model
+    # (`autograder.protocol.markers`)
     from transformers import Olmo2Config, Olmo2ForCausalLM
 
     config = Olmo2Config(
@@ -115,7 +117,8 @@ def build_tiny_model(
 def build_tiny_model_and_tokenizer(
     seed: int = 0, dtype: torch.dtype = torch.float32, **model_kwargs
 ) -> tuple[Olmo2ForCausalLM, PreTrainedTokenizerFast]:
-    """The pair the tests, the autograder and the notebooks share: character tokenizer + tiny OLMo2."""
+    """The pair the tests, the autograder and the notebooks share: character tokenizer + tiny
+    OLMo2."""
     tokenizer = build_tokenizer()
     model = build_tiny_model(
         vocab_size=len(tokenizer),
@@ -171,11 +174,13 @@ def load_pretrained(source: str | Path, dtype: str = "float32", allow_download: 
     generic = local and _tokenizer_class(Path(source).expanduser()) in GENERIC_TOKENIZER_CLASSES
     tokenizer_class = PreTrainedTokenizerFast if generic else AutoTokenizer
     tokenizer = tokenizer_class.from_pretrained(source, local_files_only=local)
-    model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local, dtype=DTYPES[dtype])
+    model = AutoModelForCausalLM.from_pretrained(source, local_files_only=local,
+                                                 dtype=DTYPES[dtype])
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"model {source!r}: its tokenizer has no eos token, so a response could never end")
+        raise ValueError(f"model {source!r}: its tokenizer has no eos token, so a response could "
+                         "never end")
     tokenizer.padding_side = "right"
     return model.eval(), tokenizer
 
@@ -185,7 +190,11 @@ GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 def _tokenizer_class(folder: Path) -> str | None:
     config = folder / "tokenizer_config.json"
-    return json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") if config.is_file() else None
+    return (
+        json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class")
+        if config.is_file()
+        else None
+    )
 
 
 def chat_prompt(tokenizer, user_text: str, fallback: str = "User: {text}\nAssistant:") -> str:
@@ -199,7 +208,8 @@ def chat_prompt(tokenizer, user_text: str, fallback: str = "User: {text}\nAssist
 
 def enable_gradient_checkpointing(model) -> None:
     """Recompute each decoder layer's activations in backward instead of keeping them (Chen et al.
-    2016, arXiv 1604.06174): activation memory of one layer instead of all, for ~1/3 more compute."""
+    2016, arXiv 1604.06174): activation memory of one layer instead of all, for ~1/3 more
+    compute."""
     # in training only: generate() under no_grad keeps its KV cache
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 

@@ -28,7 +28,8 @@ COURSE_STYLE = {
 # (title, y-axis label, metric keys)
 PANELS = (
     ("rollout reward", "mean reward", ("answer_reward_mean", "format_reward_mean")),
-    ("held-out accuracy", "fraction correct", ("heldout_accuracy_sampled", "heldout_accuracy_greedy")),
+    ("held-out accuracy", "fraction correct", ("heldout_accuracy_sampled",
+                                               "heldout_accuracy_greedy")),
     ("token entropy", "nats per token", ("token_entropy",)),
     ("KL to warm start (k3)", "nats per token", ("kl_to_reference",)),
     ("clip fraction", "fraction of tokens", ("clip_fraction",)),
@@ -36,7 +37,9 @@ PANELS = (
 )
 # Why a flat clip-fraction panel is not a bug: with one optimizer step per rollout batch the policy
 # that is trained is the one that sampled, so every ratio is 1 and nothing is clipped.
-FLAT_CLIP_NOTE = "0 throughout: one update per rollout,\nso every ratio r = 1 (try --updates-per-rollout 4)"
+FLAT_CLIP_NOTE = (
+    "0 throughout: one update per rollout,\nso every ratio r = 1 (try --updates-per-rollout 4)"
+)
 
 
 def use_course_style() -> None:
@@ -114,12 +117,14 @@ WATCH = (
 )
 
 
-def failure_panel(records: list[dict], healthy: list[dict], label: str, healthy_label: str = "healthy",
+def failure_panel(records: list[dict], healthy: list[dict], label: str,
+                  healthy_label: str = "healthy",
                   also: dict[str, list[dict]] | None = None) -> Figure:
     """The six `WATCH` metrics per step of the run `records` (named `label`) beside the healthy run
     (or another run to compare with, named `healthy_label`), dashed, and the runs of `also` (name:
     records), dotted (the lab's repair: the repaired rerun beside the broken and healthy runs)."""
-    runs = [(healthy, healthy_label, "--"), *((run, name, ":") for name, run in (also or {}).items()),
+    runs = [(healthy, healthy_label, "--"), *((run, name, ":") for name, run in (also
+                                                                                 or {}).items()),
             (records, label, "-")]
     with matplotlib.rc_context(COURSE_STYLE):
         figure = Figure(figsize=(14, 6.5), layout="constrained")

@@ -18,11 +18,19 @@ from typing import TextIO
 
 
 class PlainProgress:
-    """Iterate `iterable` (of `total` items), printing one line to `file` every `total / lines` items
-    and after the last; `set_postfix` adds `name=value` pairs to the lines, as on a tqdm bar."""
+    """Iterate `iterable` (of `total` items), printing one line to `file` every `total / lines`
+    items and after the last; `set_postfix` adds `name=value` pairs to the lines, as on a tqdm
+    bar."""
 
-    def __init__(self, iterable: Iterable, total: int, desc: str, unit: str, file: TextIO, lines: int):
-        self.iterable, self.total, self.desc, self.unit, self.file = iterable, total, desc, unit, file
+    def __init__(self, iterable: Iterable, total: int, desc: str, unit: str, file: TextIO,
+                 lines: int):
+        self.iterable, self.total, self.desc, self.unit, self.file = (
+            iterable,
+            total,
+            desc,
+            unit,
+            file,
+        )
         self.every = max(1, math.ceil(total / max(lines, 1)))
         self.postfix: dict[str, object] = {}
 
@@ -52,7 +60,8 @@ def bars_drawn(file: TextIO | None = None) -> bool:
 
 def progress_bar(iterable: Iterable, total: int, desc: str, unit: str, enabled: bool = True,
              file: TextIO | None = None, lines: int = 20):
-    """A tqdm bar over `iterable` where one can be drawn, else `PlainProgress`; nothing if not `enabled`."""
+    """A tqdm bar over `iterable` where one can be drawn, else `PlainProgress`; nothing if not
+    `enabled`."""
     from tqdm.auto import tqdm
 
     file = file or sys.stderr

@@ -64,7 +64,8 @@ class RowSeededGumbelSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if scores.shape[0] != len(self.generators):
-            raise ValueError(f"scores has {scores.shape[0]} rows, sampler has {len(self.generators)} seeds")
+            raise ValueError(f"scores has {scores.shape[0]} rows, sampler has "
+                             f"{len(self.generators)} seeds")
         vocab = scores.shape[-1]
         uniform = torch.stack([torch.rand(vocab, generator=g) for g in self.generators])  # (B, V)
         gumbel = -torch.log(-torch.log(uniform.clamp(1e-10, 1.0 - 1e-7)))
@@ -77,7 +78,8 @@ class Generation:
 
     responses: list[str]                    # decoded, with a final "<eos>" when the model stopped
     response_ids: list[list[int]]           # the sampled token ids, <eos> included
-    sampler_log_probs: list[torch.Tensor]   # per row (len(response_ids[i]),), float32, of softmax(z/τ)
+    # per row (len(response_ids[i]),), float32, of softmax(z/τ)
+    sampler_log_probs: list[torch.Tensor]
 
 
 @torch.no_grad()
@@ -96,7 +98,8 @@ def generate(
     on the left, and generation stops at <eos> or after `max_new_tokens`. The sampler's log-probs
     are those of softmax(logits / `temperature`), the distribution sampled from.
     """
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
+            and temperature > 0):
         raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
@@ -141,7 +144,9 @@ def _generate_batch(model, tokenizer, prompts, seeds, max_new_tokens, temperatur
     responses, response_ids, log_probs = [], [], []
     for row, row_log_probs in zip(new_tokens.tolist(), token_log_probs):
         # Keep tokens up to and including the first <eos>; what follows is generate's padding.
-        length = row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
+        length = (
+            row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
+        )
         response_ids.append(row[:length])
         log_probs.append(row_log_probs[:length].clone())
         responses.append(tokenizer.decode(row[:length], skip_special_tokens=False))
@@ -189,7 +194,9 @@ def sample_groups(
                         generation.response_ids)
 
 
-def tokenize_rollouts(tokenizer, rollouts: RolloutBatch, retokenized: str = "raise") -> dict[str, torch.Tensor]:
+def tokenize_rollouts(
+    tokenizer, rollouts: RolloutBatch, retokenized: str = "raise"
+) -> dict[str, torch.Tensor]:
     """The train step's tokenization of the rollouts, with the sampler's log-probs placed on it.
 
     Returns `input_ids`, `labels`, `response_mask` as `tokenize_prompt_and_output` makes them and
@@ -204,7 +211,8 @@ def tokenize_rollouts(tokenizer, rollouts: RolloutBatch, retokenized: str = "rai
     sampled = [len(x) for x in rollouts.sampler_log_probs]
     same = _sampled_tokens_kept(tokens, mask, rollouts, sampled)
     if retokenized == "raise" and not all(same):
-        raise ValueError(f"response lengths after tokenization {mask.sum(dim=1).tolist()} differ from "
+        raise ValueError(f"response lengths after tokenization {mask.sum(dim=1).tolist()} differ "
+                         "from "
                          f"sampled {sampled}")
     sampler = torch.zeros(mask.shape, dtype=torch.float32)
     for row, (keep, log_probs) in enumerate(zip(same, rollouts.sampler_log_probs)):
@@ -212,12 +220,15 @@ def tokenize_rollouts(tokenizer, rollouts: RolloutBatch, retokenized: str = "rai
     return {**tokens, "sampler_log_probs": sampler}
 
 
-def _sampled_tokens_kept(tokens: dict, mask: torch.Tensor, rollouts: RolloutBatch, sampled: list[int]) -> list[bool]:
-    """Per row: whether the tokenized response is the sampled one (its ids, where they are known)."""
+def _sampled_tokens_kept(tokens: dict, mask: torch.Tensor, rollouts: RolloutBatch,
+                         sampled: list[int]) -> list[bool]:
+    """Per row: whether the tokenized response is the sampled one (its ids, where they are
+    known)."""
     lengths = mask.sum(dim=1).tolist()
     if rollouts.response_ids is None:
         return [a == b for a, b in zip(lengths, sampled)]
-    return [tokens["labels"][row, mask[row]].tolist() == ids for row, ids in enumerate(rollouts.response_ids)]
+    return [tokens["labels"][row, mask[row]].tolist() == ids
+            for row, ids in enumerate(rollouts.response_ids)]
 
 
 @torch.no_grad()
@@ -225,7 +236,8 @@ def score_tokens(model, tokens: dict[str, torch.Tensor], temperature: float = 1.
     """log softmax(z/τ)(labels) (B, T), float32 on the CPU, for a batch from `tokenize_rollouts`
     sampled at τ = `temperature`."""
     device = next(model.parameters()).device
-    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device), tokens["labels"].to(device),
+    log_probs = get_response_log_probs(model, tokens["input_ids"].to(device),
+                                       tokens["labels"].to(device),
                                        temperature=temperature)
     return log_probs["log_probs"].float().cpu()
 
@@ -252,7 +264,8 @@ def evaluate(
     was_training = model.training
     model.eval()
     try:
-        generation = generate(model, tokenizer, prompts, seeds, max_new_tokens, batch_size=batch_size)
+        generation = generate(model, tokenizer, prompts, seeds, max_new_tokens,
+                              batch_size=batch_size)
     finally:
         model.train(was_training)
     truths = [p.answer for p in problems for _ in range(repeats)]

@@ -34,19 +34,22 @@ def reduce_over_ranks(sums: dict[str, float], maxima: dict[str, float]) -> dict[
 
 def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, config: TrainConfig,
                       rescore: bool) -> tuple[dict[str, torch.Tensor | None], dict[str, float]]:
-    """Old, reference and (where they correct anything) sampler log-probs (B, T), and rollout statistics over ranks.
+    """Old, reference and (where they correct anything) sampler log-probs (B, T), and rollout
+    statistics over ranks.
 
     A float32 sampler of the tiny model is the policy itself, so its log-probs are the old ones (no
     extra forward). Otherwise (`rescore`: a bf16 sampler, or a real model, whose BPE tokenizer can
     re-encode a sample differently) the policy re-scores the batch; a re-encoded row keeps weight 1.
-    The importance weights of `--is-level/--is-mode` (`course.loop.importance`) and the overlong filter
-    reach the train step as the sampler log-probs that make its min(π_old/π_sampler, cap) apply
-    them. Token means (KL to the reference, the mismatch) are global: per-rank sums over per-rank counts.
+    The importance weights of `--is-level/--is-mode` (`course.loop.importance`) and the overlong
+    filter reach the train step as the sampler log-probs that make its min(π_old/π_sampler, cap)
+    apply them. Token means (KL to the reference, the mismatch) are global: per-rank sums over
+    per-rank counts.
     """
     tokens = tokenize_rollouts(tokenizer, rollouts, retokenized="nan" if rescore else "raise")
     mask, sampler_log_probs = tokens["response_mask"], tokens["sampler_log_probs"]   # (B, T)
     # every log-prob is of softmax(z/τ), the distribution sampled at τ = config.temperature
-    old_log_probs = score_tokens(policy, tokens, config.temperature) if rescore else sampler_log_probs
+    old_log_probs = score_tokens(policy, tokens,
+                                 config.temperature) if rescore else sampler_log_probs
     retokenized = sampler_log_probs.isnan()                                          # (B, T)
     sampler_log_probs = torch.where(retokenized, old_log_probs, sampler_log_probs)
     count = float(mask.sum())
@@ -60,7 +63,8 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
         mismatch = compare_logprobs(sampler_log_probs, old_log_probs, mask)
         maxima["logprob_diff_max"] = mismatch.pop("logprob_diff_max")
         token_means.update(mismatch)
-        token_means["retokenized_fraction"] = float((retokenized & mask.bool()).sum()) / max(count, 1)
+        token_means["retokenized_fraction"] = float((retokenized & mask.bool()).sum()) / max(count,
+                                                                                             1)
         weights = importance_weights(old_log_probs, sampler_log_probs, mask, config.is_level,
                                      config.is_mode, config.tis_cap)
         changed = weights >= config.tis_cap if config.is_mode == "truncate" else weights == 0
@@ -69,7 +73,8 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     if config.overlong == "filter":
         kept = ~torch.tensor(truncated_rows(rollouts, tokenizer.eos_token))[:, None]  # (B, 1)
         weights = (mask.float() if weights is None else weights) * kept
-        token_means["overlong_filtered_fraction"] = float((~kept * mask.bool()).sum()) / max(count, 1)
+        token_means["overlong_filtered_fraction"] = float((~kept * mask.bool()).sum()) / max(count,
+                                                                                             1)
     sums = {key: value * count for key, value in token_means.items()}
     reduced = reduce_over_ranks({**sums, "tokens": count, "rows": float(len(rollouts))}, maxima)
     tokens_total = max(reduced.pop("tokens"), 1.0)
@@ -77,7 +82,9 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
     stats.update({key: reduced[key] for key in maxima})
     stats["response_length"] = tokens_total / reduced["rows"]
     stats["generated_tokens"] = tokens_total
-    plain_tis = config.is_level == "token" and config.is_mode == "truncate" and config.overlong != "filter"
+    plain_tis = (
+        config.is_level == "token" and config.is_mode == "truncate" and config.overlong != "filter"
+    )
     if weights is not None and not plain_tis:
         sampler_log_probs = as_sampler_log_probs(old_log_probs, weights, mask)
     log_probs = {"old_log_probs": old_log_probs, "ref_log_probs": ref_log_probs,
@@ -86,14 +93,15 @@ def rollout_log_probs(policy, reference, tokenizer, rollouts: RolloutBatch, conf
 
 
 def group_signal(rollouts: RolloutBatch, reward_fn, config: TrainConfig) -> list[bool]:
-    """Per group of this rank's rollouts: True where its rewards are not all equal (`course.loop.filters`);
-    a constant group has zero advantages and gives no gradient."""
+    """Per group of this rank's rollouts: True where its rewards are not all equal
+    (`course.loop.filters`); a constant group has zero advantages and gives no gradient."""
     rewards = [reward_fn(response, truth)["reward"]
                for response, truth in zip(rollouts.responses, rollouts.repeated_ground_truths)]
     return informative_groups(rewards, config.group_size, config.dynamic_sampling_tolerance)
 
 
-def informative_rollouts(rollouts: RolloutBatch, keep: list[bool], config: TrainConfig) -> tuple[RolloutBatch, int]:
+def informative_rollouts(rollouts: RolloutBatch, keep: list[bool],
+                         config: TrainConfig) -> tuple[RolloutBatch, int]:
     """Dynamic sampling: this rank's share of every rank's groups where `keep` (`group_signal`),
     and how many such groups there are over all ranks."""
     return regroup_over_ranks(keep_groups(rollouts, keep, config.group_size), config.group_size)

@@ -51,8 +51,8 @@ def grpo_loss_config(config: TrainConfig) -> GRPOLossConfig | FrontierLoss:
 
 
 def advantage_arguments(config: TrainConfig) -> dict:
-    """The train step's baseline and normalizer: MaxRL (mean baseline, mean normalizer) guarded for a
-    group of one as `course.frontier.maxrl` says (A = r); the others as given."""
+    """The train step's baseline and normalizer: MaxRL (mean baseline, mean normalizer) guarded for
+    a group of one as `course.frontier.maxrl` says (A = r); the others as given."""
     if (config.baseline, config.advantage_normalizer) == ("mean", "mean"):
         return maxrl_train_arguments(config.group_size)
     return {"baseline": config.baseline, "advantage_normalizer": config.advantage_normalizer}

@@ -7,10 +7,10 @@ completes, and a reward function `reward_fn(response, ground_truth) -> {"reward"
 
 The synthetic task: two-number addition with a verifiable answer, and its r1-zero reward.
 
-A problem is `a+b` with two-digit operands, 10 <= a, b <= 99; the answer is the sum written with its digits reversed
-(least significant first), so that a left-to-right model produces each digit after the digits
-it depends on, carries included. 37+48 = 85 is answered "58". (Measured on a 1M-parameter model:
-written left to right the task barely learns; reversed, it does. Reversed output is the
+A problem is `a+b` with two-digit operands, 10 <= a, b <= 99; the answer is the sum written with its
+digits reversed (least significant first), so that a left-to-right model produces each digit after
+the digits it depends on, carries included. 37+48 = 85 is answered "58". (Measured on a 1M-parameter
+model: written left to right the task barely learns; reversed, it does. Reversed output is the
 usual trick for teaching arithmetic to small transformers, Lee et al. 2023, arXiv 2307.03381.
 Operands of a fixed width matter too: with 0..99, so that digits move about, 500 supervised steps
 left the model at chance.)
@@ -39,7 +39,8 @@ from typing import Protocol
 MIN_OPERAND, MAX_OPERAND = 10, 99
 PROMPT_TEMPLATE = "User: {question}\nAssistant: <think>"
 # Everything after </think>; one trailing <eos> (as sampled) or whitespace is allowed.
-RESPONSE_PATTERN = re.compile(r"^(?P<think>.*?)</think> <answer>(?P<answer>.*?)</answer>\s*(<eos>)?\s*$",
+RESPONSE_PATTERN = re.compile(r"^(?P<think>.*?)</think> "
+                              r"<answer>(?P<answer>.*?)</answer>\s*(<eos>)?\s*$",
                               re.DOTALL)
 SPLITS = ("train", "test")
 # Which pairs are held out is fixed by this seed, not by the caller's, so splits never overlap.
@@ -83,7 +84,8 @@ def make_problems(n: int | None, seed: int, split: str = "train") -> list[Proble
     pairs = _split_pairs(split)
     n = len(pairs) if n is None else n
     if not isinstance(n, int) or not 0 <= n <= len(pairs):
-        raise ValueError(f"n must be an integer in [0, {len(pairs)}] for split {split!r}, got {n!r}")
+        raise ValueError(f"n must be an integer in [0, {len(pairs)}] for split {split!r}, got "
+                         f"{n!r}")
     return [Problem(a, b) for a, b in random.Random(seed).sample(pairs, n)]
 
 

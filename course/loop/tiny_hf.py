@@ -1,7 +1,7 @@
 """Tiny stand-ins for real Hugging Face models, built offline: a byte-level BPE tokenizer trained in
 code and a randomly initialized Qwen2, Qwen3, Llama (SmolLM's architecture), OLMo2 or Gemma from its
-config, saved with `save_pretrained` so that `course.loop.models.load_pretrained` reads them through the
-same `from_pretrained` path as a downloaded model. Also a generator of GSM8K-format problems.
+config, saved with `save_pretrained` so that `course.loop.models.load_pretrained` reads them through
+the same `from_pretrained` path as a downloaded model. Also a generator of GSM8K-format problems.
 
     python -m course.loop.tiny_hf --family qwen2 --out runs/tiny-qwen2 --data runs/gsm8k.jsonl
 
@@ -31,16 +31,18 @@ from transformers import (
     Qwen3Config,
 )
 
-CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 FAMILIES = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig, "olmo2": Olmo2Config,
             "gemma": GemmaConfig}
 
 
 def build_bpe_tokenizer(texts: list[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on ASCII `texts`: pad <|endoftext|>, eos <|im_end|>, ChatML
-    template. Characters outside printable ASCII and newline are not in its alphabet."""
+    """A byte-level BPE tokenizer trained on ASCII `texts`: pad <|endoftext|>, eos <|im_end|>,
+    ChatML template. Characters outside printable ASCII and newline are not in its alphabet."""
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
@@ -57,7 +59,8 @@ def build_bpe_tokenizer(texts: list[str], vocab_size: int = 512) -> PreTrainedTo
     return tokenizer
 
 
-def build_tiny_causal_lm(family: str, tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 4,
+def build_tiny_causal_lm(family: str, tokenizer, hidden_size: int = 64, layers: int = 2,
+                         heads: int = 4,
                          tie_word_embeddings: bool = False, seed: int = 0, **overrides):
     """A randomly initialized causal LM of `family` (FAMILIES) at toy size, seeded."""
     if family not in FAMILIES:
@@ -65,7 +68,8 @@ def build_tiny_causal_lm(family: str, tokenizer, hidden_size: int = 64, layers: 
     config = FAMILIES[family](
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2,
-        head_dim=hidden_size // heads, max_position_embeddings=512, tie_word_embeddings=tie_word_embeddings,
+        head_dim=hidden_size // heads, max_position_embeddings=512,
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id, **overrides)
     state = torch.random.get_rng_state()
@@ -92,7 +96,8 @@ def synthetic_gsm8k(n: int, seed: int = 0) -> list[dict[str, str]]:
         question = (f"{name} has {a} {item} and finds {b} more. {name} gives away {c} {item}. "
                     f"How many {item} does {name} have now?")
         answer = (f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item}.\n"
-                  f"After giving {c} away, {a + b} - {c} = <<{a + b}-{c}={a + b - c}>>{a + b - c}.\n"
+                  f"After giving {c} away, {a + b} - {c} = "
+                  f"<<{a + b}-{c}={a + b - c}>>{a + b - c}.\n"
                   f"#### {a + b - c}")
         records.append({"question": question, "answer": answer})
     return records
@@ -106,10 +111,13 @@ def write_jsonl(records: list[dict], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m course.loop.tiny_hf", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course.loop.tiny_hf",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=tuple(FAMILIES), default="qwen2")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the model and tokenizer")
-    parser.add_argument("--data", type=Path, default=None, help="also write generated GSM8K-format problems here")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the model and "
+                                                                "tokenizer")
+    parser.add_argument("--data", type=Path, default=None, help="also write generated GSM8K-format "
+                                                                "problems here")
     parser.add_argument("--problems", type=int, default=200, help="how many problems --data holds")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -124,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     model = build_tiny_causal_lm(args.family, tokenizer, seed=args.seed)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
-    print(f"wrote a {args.family} model ({sum(p.numel() for p in model.parameters()):,} parameters) to {args.out}")
+    print(f"wrote a {args.family} model ({sum(p.numel() for p in model.parameters()):,} "
+          f"parameters) to {args.out}")
     if args.data is not None:
         write_jsonl(records, args.data)
         print(f"wrote {len(records)} GSM8K-format problems to {args.data}")

@@ -9,18 +9,18 @@ the current policy (`course.loop.rollout`), score old / reference log-probs, and
 per-token loss → normalization → backward → clip → step). GRPO is Shao et al. 2024 (arXiv
 2402.03300); the loss variants and normalizations are those of `course.losses` and
 `course.aggregation`. The policy starts from the shipped supervised warm start
-(`course/checkpoints/warm_start`, made by `python -m course.loop.warm_start`), because RL sharpens what
-a policy can already sometimes do.
+(`course/checkpoints/warm_start`, made by `python -m course.loop.warm_start`), because RL sharpens
+what a policy can already sometimes do.
 
 Under `torchrun`, every rank draws the same problems and keeps whole groups of its own; sampling is
 seeded per row (`rollout.row_seed`), so the rollouts, and therefore the updates, are those of the
 single-process run. `--out DIR` writes `metrics.jsonl` (one record per step), `summary.json`,
 `training_curves.png` and the final weights `policy.pt` (a DIR that holds a run is refused unless
 `--overwrite`; a Ctrl-C ends with the steps done, which `metrics.jsonl` holds). `--notebooks DIR`
-trains with the learner's own stages, read from their notebooks (`course.submissions.implementations`): their
-train step on their tokenizer, scorer, advantages, losses and aggregation, each falling back to
-the reference where it is not written yet. In a student edition that has not revealed every
-stage, the default is the edition's own `notebooks/`.
+trains with the learner's own stages, read from their notebooks
+(`course.submissions.implementations`): their train step on their tokenizer, scorer, advantages,
+losses and aggregation, each falling back to the reference where it is not written yet. In a student
+edition that has not revealed every stage, the default is the edition's own `notebooks/`.
 
 What the defaults reach, and in how long, is measured in `benchmarks/README.md` ("End to end",
 `benchmarks/bench_train.py`).
@@ -30,12 +30,12 @@ What the defaults reach, and in how long, is measured in `benchmarks/README.md` 
 
 A real model: `--model DIR` loads any Hugging Face causal LM (`course.loop.models.load_pretrained`;
 a hub id only with `--allow-download`), `--task gsm8k --data FILE` trains it on GSM8K-format
-problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling` (`course.loop.filters`),
-`--overlong filter|soft`, `--is-level`/`--is-mode` (`course.loop.importance`), `--entropy-coef`
-(`course.loop.entropy_bonus`); `docs/real_models.md`. The losses of 2025–26
-(`course.frontier.loss`): `--pg-method sapo|gmpo|dppo`, `--dual-clip`, `--cispo-floor`,
-`--ratio-against sampler`, `--outlier-low/--outlier-high`; MaxRL's guard (`course.frontier.maxrl`)
-with `--advantage-normalizer mean`.
+problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling`
+(`course.loop.filters`), `--overlong filter|soft`, `--is-level`/`--is-mode`
+(`course.loop.importance`), `--entropy-coef` (`course.loop.entropy_bonus`); `docs/real_models.md`.
+The losses of 2025–26 (`course.frontier.loss`): `--pg-method sapo|gmpo|dppo`, `--dual-clip`,
+`--cispo-floor`, `--ratio-against sampler`, `--outlier-low/--outlier-high`; MaxRL's guard
+(`course.frontier.maxrl`) with `--advantage-normalizer mean`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ from course.loop.rollout_scores import (
 )
 from course.loop.step_arguments import advantage_arguments, loss_arguments
 from course.loop.tasks import ADDITION, Task
-from course.loop.train_config import (  # re-exported: `from course.loop.train import TrainConfig, train`
+
+# re-exported: `from course.loop.train import TrainConfig, train`
+from course.loop.train_config import (
     RUN_FILES,
     WARM_START,
     ConfigError,
@@ -92,7 +94,8 @@ from course.train_step import grpo_train_step
 
 __all__ = ["WARM_START", "TrainConfig", "train", "validate"]
 
-# The held-out problems and their sampling noise are fixed, so every run is measured on the same test.
+# The held-out problems and their sampling noise are fixed, so every run is measured on the same
+# test.
 EVAL_SEED = 1
 REWARD_KEYS = ("reward_mean", "format_reward_mean", "answer_reward_mean")
 
@@ -107,11 +110,13 @@ def load_task(config: TrainConfig, tokenizer) -> Task:
     if config.task == "addition":
         return ADDITION
     is_file = Path(config.data).is_file()
-    problems = load_gsm8k_jsonl(config.data) if is_file else load_hub_gsm8k(config.data, config.allow_download)
+    problems = load_gsm8k_jsonl(config.data) if is_file else load_hub_gsm8k(config.data,
+                                                                            config.allow_download)
     task = GSM8KTask(problems, tokenizer)
     for split in ("train", "test"):
         if not task.problems(split):
-            raise ConfigError("data", f"{config.data!r} leaves no {split} problems (its held-out 20% is "
+            raise ConfigError("data", f"{config.data!r} leaves no {split} problems (its held-out "
+                                      "20% is "
                               "chosen by question hash): give more problems")
     return task
 
@@ -132,13 +137,16 @@ def load_policy(config: TrainConfig):
     return policy, tokenizer
 
 
-def held_out_accuracy(model, tokenizer, config: TrainConfig, task: Task = ADDITION) -> dict[str, float]:
+def held_out_accuracy(model, tokenizer, config: TrainConfig, task: Task = ADDITION) -> dict[str,
+                                                                                            float]:
     """Answer accuracy on the held-out problems: sampled at temperature 1, and greedy."""
     test = list(task.problems("test"))
     problems = random.Random(EVAL_SEED).sample(test, min(config.eval_problems, len(test)))
-    sampled = evaluate(model, tokenizer, problems, seed=EVAL_SEED, samples_per_problem=config.eval_samples,
+    sampled = evaluate(model, tokenizer, problems, seed=EVAL_SEED,
+                       samples_per_problem=config.eval_samples,
                        max_new_tokens=config.max_new_tokens, task=task)
-    greedy = evaluate(model, tokenizer, problems, seed=None, max_new_tokens=config.max_new_tokens, task=task)
+    greedy = evaluate(model, tokenizer, problems, seed=None, max_new_tokens=config.max_new_tokens,
+                      task=task)
     return {"heldout_accuracy_sampled": sampled["answer_reward"],
             "heldout_format_sampled": sampled["format_reward"],
             "heldout_accuracy_greedy": greedy["answer_reward"]}
@@ -197,7 +205,8 @@ def start_run(config: TrainConfig, train_step: Callable, task: Task | None) -> R
                                                config.overlong_buffer)
     if config.advantage_normalizer == "mean":  # MaxRL: rewards below 0 are refused as they come
         reward_fn = refuse_negative_rewards(reward_fn)
-    # the tiny model always keeps its starting point (the KL panel); a real one only for the KL penalty
+    # the tiny model always keeps its starting point (the KL panel); a real one only for the KL
+    # penalty
     needs_reference = config.kl_beta > 0 or not config.model
     reference = copy.deepcopy(policy).eval().requires_grad_(False) if needs_reference else None
     separate_sampler = config.sampler_dtype != "float32"
@@ -368,7 +377,8 @@ def finish_run(run: Run, records: list[dict], before: dict, start: float, out: P
     return summary
 
 
-RUN_FILE_ROLES = dict(zip(RUN_FILES, ("one record per step", "these numbers, the config and the machine",
+RUN_FILE_ROLES = dict(zip(RUN_FILES, ("one record per step", "these numbers, the config and the "
+                                                             "machine",
                                       "reward, accuracy, entropy and KL over the steps",
                                       "the trained weights")))
 
@@ -382,10 +392,13 @@ def result_text(summary: dict, out: Path | None) -> str:
         lines = [f"interrupted (Ctrl-C) after {summary['steps_done']} of {summary['steps']} steps, "
                  f"{seconds}: no final evaluation, no summary.json, plot or policy.pt"]
         if out is not None and summary["steps_done"]:
-            lines.append(f"partial: {out / 'metrics.jsonl'} holds the {summary['steps_done']} steps "
+            lines.append(f"partial: {out / 'metrics.jsonl'} holds the {summary['steps_done']} "
+                         "steps "
                          "done; a new run there needs --overwrite")
         return "\n".join(lines)
-    origin = "the reference's stages" if summary["implementations"] == "reference" else "your stages"
+    origin = (
+        "the reference's stages" if summary["implementations"] == "reference" else "your stages"
+    )
     rows = [("sampled at τ = 1", "accuracy"), ("greedy", "greedy_accuracy"),
             ("format (sampled)", "format")]
     lines = [f"GRPO: {summary['config']['steps']} steps in {seconds} with {origin}",
@@ -397,7 +410,8 @@ def result_text(summary: dict, out: Path | None) -> str:
         return "\n".join(lines)
     lines.append(f"wrote {out}/")
     lines += [f"  {name:<20} {role}" for name, role in RUN_FILE_ROLES.items()]
-    lines.append(f"next: open {out / 'training_curves.png'}; `python -m course.lab.compare` trains the "
+    lines.append(f"next: open {out / 'training_curves.png'}; `python -m course.lab.compare` trains "
+                 "the "
                  "loss variants side by side")
     return "\n".join(lines)
 

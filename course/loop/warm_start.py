@@ -68,8 +68,10 @@ class WarmStartConfig:
 # The lowest value of each numeric field, whether that value itself is allowed, and the highest.
 LOWER_BOUNDS = {
     "steps": (1, True), "batch_size": (1, True), "lr": (0, False), "max_grad_norm": (0, False),
-    "seed": (0, True, 2**63 - 1), "hidden_size": (1, True), "num_hidden_layers": (1, True), "eval_every": (0, True),
-    "eval_problems": (1, True), "threads": (1, True, os.cpu_count() or 1), "snapshot_every": (0, True),
+    "seed": (0, True, 2**63 - 1), "hidden_size": (1, True), "num_hidden_layers": (1, True),
+    "eval_every": (0, True),
+    "eval_problems": (1, True), "threads": (1, True, os.cpu_count() or 1), "snapshot_every": (0,
+                                                                                              True),
 }
 
 
@@ -120,14 +122,17 @@ def train_warm_start(config: WarmStartConfig, out: Path | None = None, log=None)
             save_model_and_tokenizer(model, tokenizer, Path(out) / f"step{step}")
     if out is not None:
         save_model_and_tokenizer(model, tokenizer, out)
-        (Path(out) / "warm_start_config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
+        (Path(out) / "warm_start_config.json").write_text(json.dumps(asdict(config),
+                                                                     indent=2) + "\n")
     return model, tokenizer
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = Parser(prog="python -m course.loop.warm_start", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder to write the checkpoint to")
-    add_config_arguments(parser, WarmStartConfig, types=bounded_types(WarmStartConfig, LOWER_BOUNDS))
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder to write the "
+                                                                      "checkpoint to")
+    add_config_arguments(parser, WarmStartConfig, types=bounded_types(WarmStartConfig,
+                                                                      LOWER_BOUNDS))
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
     if problem := unwritable(out):

@@ -1,4 +1,5 @@
-"""Whose code runs each stage: the learner's own functions, read from their notebooks, or the reference.
+"""Whose code runs each stage: the learner's own functions, read from their notebooks, or the
+reference.
 
 Two rules, for two uses:
 
@@ -50,7 +51,8 @@ class StageNotWritten(RuntimeError):
 class Implementations:
     functions: dict[str, Callable]  # graded function name -> what runs
     origins: dict[str, str]  # graded function name -> "yours (NN_….ipynb)" or "reference (…)"
-    problems: tuple[str, ...] = ()  # notebook statements that failed to run (their names stay unset)
+    # notebook statements that failed to run (their names stay unset)
+    problems: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()  # neither written nor revealed (earlier_stages only): not bound
 
     def __getitem__(self, name: str) -> Callable:
@@ -59,7 +61,8 @@ class Implementations:
     def table(self) -> str:
         """One line per graded function: its stage and whose code runs it."""
         width = max(len(name) for name in self.origins)
-        lines = [f"{STAGE_OF[name]:<16}{name:<{width + 2}}{origin}" for name, origin in self.origins.items()]
+        lines = [f"{STAGE_OF[name]:<16}{name:<{width + 2}}{origin}"
+                 for name, origin in self.origins.items()]
         return "\n".join(lines + [f"note: {problem}" for problem in self.problems])
 
 
@@ -79,7 +82,8 @@ def last_definition(units: list[dict], providers: dict[str, int], name: str) -> 
     definition that runs), or None; `units` and `providers` as `course.submissions.reader` reads
     them."""
     index = providers.get(name)
-    sources = [s for _, s in units[index]["statements"] if f"def {name}(" in s] if index is not None else []
+    sources = [s for _, s in units[index]["statements"]
+               if f"def {name}(" in s] if index is not None else []
     return sources[-1] if sources else None
 
 
@@ -123,7 +127,8 @@ def stand_in_for_stubs(functions: dict[str, Callable], namespaces: list[dict] = 
     reference that is here is left alone, so an official grade of stage 7 runs on the reference of
     stage 3, never on the learner's. Returns the names replaced somewhere.
     """
-    for module in STAGE_MODULES:  # `import course` loads them lazily: a stub not loaded yet is one too
+    # `import course` loads them lazily: a stub not loaded yet is one too
+    for module in STAGE_MODULES:
         importlib.import_module(module)
     modules = [vars(m) for n, m in list(sys.modules.items())
                if m is not None and (n == "course" or n.startswith("course."))]
@@ -210,6 +215,7 @@ def earlier_stages(stage: str, notebooks: str | Path = ".") -> Implementations:
         return Implementations(references, {n: f"reference (course.{n})" for n in names})
     learner = load_implementations(notebooks, tuple(n for n in names if references[n] is None),
                                    strict=False)
-    functions = {n: references[n] or learner.functions[n] for n in names if n not in learner.missing}
+    functions = {n: references[n] or learner.functions[n] for n in names
+                 if n not in learner.missing}
     origins = {n: f"reference (course.{n})" if references[n] else learner.origins[n] for n in names}
     return Implementations(functions, origins, learner.problems, learner.missing)

@@ -1,9 +1,9 @@
 """`ast.parse`, one thread at a time.
 
 CPython 3.11 keeps the recursion depth of the AST constructor in interpreter-wide state, so two
-threads parsing at once can raise `SystemError: AST constructor recursion depth mismatch`. The trusted side parses in threads (a class
-graded in parallel starts the next sandbox while one is graded), so every parse of the autograder
-goes through this lock.
+threads parsing at once can raise `SystemError: AST constructor recursion depth mismatch`. The
+trusted side parses in threads (a class graded in parallel starts the next sandbox while one is
+graded), so every parse of the autograder goes through this lock.
 """
 
 from __future__ import annotations

@@ -198,7 +198,8 @@ def read_notebook(path: Path, follow_links: bool = True,
             continue
         if parsed + len(source) > budget:
             skipped.append((f"code cell {number}", f"not read: the submission's code cells "
-                                                   f"before it hold {MAX_SOURCE_CHARS:,} characters"))
+                                                   f"before it hold {MAX_SOURCE_CHARS:,} "
+                                                   "characters"))
             continue
         parsed += len(source)
         try:
@@ -245,7 +246,8 @@ def read_notebook(path: Path, follow_links: bool = True,
 def _is_given(cell: dict) -> bool:
     """A locked cell that is not the student's to write (nbgrader's metadata: setup, given
     helpers, self-checks), as the course's releases mark them."""
-    marks = cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+    marks = cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"),
+                                                                   dict) else None
     return isinstance(marks, dict) and marks.get("locked") is True and not marks.get("solution")
 
 
@@ -265,7 +267,11 @@ def _assign_providers(units: list) -> dict:
 def load_submission(spec: str | Path, root: Path) -> Submission:
     """Resolve `--submission` (a path or a module name) without executing anything."""
     path = Path(spec)
-    looks_like_module = "/" not in str(spec) and path.suffix == "" and str(spec).replace(".", "").replace("_", "").isalnum()
+    looks_like_module = (
+        "/" not in str(spec)
+        and path.suffix == ""
+        and str(spec).replace(".", "").replace("_", "").isalnum()
+    )
     if looks_like_module and not (root / path).is_dir() or (root / path / "__init__.py").exists():
         return Submission("module", str(spec))
     if not path.is_absolute() and not path.exists() and (root / path).exists():

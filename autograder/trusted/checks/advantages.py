@@ -36,7 +36,8 @@ def make_responses(seed: int) -> dict:
         responses.append(f"<think>{r.randint(0, 9)}</think> <answer>{answer}</answer>" if kind < 2
                          else f"the answer is {truth}")
         truths.append(truth)
-    return {"reward_fn": REWARD_FN, "rollout_responses": responses, "repeated_ground_truths": truths}
+    return {"reward_fn": REWARD_FN, "rollout_responses": responses,
+            "repeated_ground_truths": truths}
 
 
 def _column(inputs: dict, key: str) -> torch.Tensor:
@@ -57,7 +58,8 @@ def reward_values(ctx) -> None:
         if rewards.dtype != torch.float32:
             raise Fail(f"rewards are {rewards.dtype}, expected float32")
         for key in META_KEYS:
-            compare_scalar(field(output[1], key, "the metadata"), run.expected[1][key], f"metadata[{key!r}]")
+            compare_scalar(field(output[1], key, "the metadata"), run.expected[1][key],
+                           f"metadata[{key!r}]")
     judge_cases(ctx, f"{REWARDS}/responses", judge)
 
 
@@ -68,12 +70,16 @@ def reward_bad_input(ctx) -> None:
                                      "repeated_ground_truths": ["1"]})
     if response.get("status") == "ok" or not response.get("is_value_error"):
         raise Fail("2 responses with 1 ground truth should raise ValueError, got "
-                   + ("a result" if response.get("status") == "ok" else str(response.get("error_type"))))
+                   + ("a result" if response.get("status") == "ok"
+                      else str(response.get("error_type"))))
 
 
 def _grouped_rewards(seed: int) -> torch.Tensor:
     g = generator(seed)
-    rewards = torch.randint(0, 3, (4, 4), generator=g).double() * 0.5 + torch.rand(4, 4, generator=g).double()
+    rewards = (
+        torch.randint(0, 3, (4, 4), generator=g).double() * 0.5
+        + torch.rand(4, 4, generator=g).double()
+    )
     rewards[2] = 1.0  # one group whose rewards are all equal
     return rewards.reshape(-1)
 
@@ -93,21 +99,35 @@ def _std_mistakes(inputs: dict) -> list:
         return x.reshape(-1)
     strided = rewards.reshape(size, -1).t()  # groups taken as every n-th reward
     return [
-        Mistake("a biased std (dividing by G instead of G − 1)",
-                "use the unbiased sample std: torch.std(..., unbiased=True) / correction=1",
-                lambda: flat(centered / (grouped.std(1, unbiased=False, keepdim=True) + eps))),
-        Mistake("eps inside the square root (sqrt(var + eps))",
-                "add eps outside: (r − mean) / (std + eps)",
-                lambda: flat(centered / (grouped.var(1, keepdim=True) + eps).sqrt())),
-        Mistake("eps left out", "divide by (std + advantage_eps)",
-                lambda: flat(torch.nan_to_num(centered / grouped.std(1, keepdim=True)))),
-        Mistake("normalizing over the whole batch instead of per group",
-                "reshape to (n_groups, G) and take mean/std over dim=1",
-                lambda: (rewards - rewards.mean()) / (rewards.std() + eps)),
-        Mistake("groups taken as interleaved (strided) rows",
-                "groups are consecutive blocks: reshape(-1, group_size)",
-                lambda: ((strided - strided.mean(1, keepdim=True)) / (strided.std(1, keepdim=True) + eps))
-                .t().reshape(-1)),
+        Mistake(
+            "a biased std (dividing by G instead of G − 1)",
+            "use the unbiased sample std: torch.std(..., unbiased=True) / correction=1",
+            lambda: flat(centered / (grouped.std(1, unbiased=False, keepdim=True) + eps)),
+        ),
+        Mistake(
+            "eps inside the square root (sqrt(var + eps))",
+            "add eps outside: (r − mean) / (std + eps)",
+            lambda: flat(centered / (grouped.var(1, keepdim=True) + eps).sqrt()),
+        ),
+        Mistake(
+            "eps left out",
+            "divide by (std + advantage_eps)",
+            lambda: flat(torch.nan_to_num(centered / grouped.std(1, keepdim=True))),
+        ),
+        Mistake(
+            "normalizing over the whole batch instead of per group",
+            "reshape to (n_groups, G) and take mean/std over dim=1",
+            lambda: (rewards - rewards.mean()) / (rewards.std() + eps),
+        ),
+        Mistake(
+            "groups taken as interleaved (strided) rows",
+            "groups are consecutive blocks: reshape(-1, group_size)",
+            lambda: (
+                ((strided - strided.mean(1, keepdim=True)) / (strided.std(1, keepdim=True) + eps))
+                .t()
+                .reshape(-1)
+            ),
+        ),
     ]
 
 
@@ -127,7 +147,8 @@ def make_variants(seed: int) -> dict:
     return {"raw_rewards": _grouped_rewards(seed) + 0.25, "group_size": 4, "advantage_eps": 1e-6}
 
 
-@check(ADVANTAGES, "baseline='none' (RFT) and normalizer='none' (Dr. GRPO) / 'mean' (MaxRL)", points=2)
+@check(ADVANTAGES, "baseline='none' (RFT) and normalizer='none' (Dr. GRPO) / 'mean' (MaxRL)",
+       points=2)
 def variant_values(ctx) -> None:
     def judge(run):
         rewards = run.inputs["raw_rewards"].reshape(-1, 4)
@@ -136,17 +157,28 @@ def variant_values(ctx) -> None:
             baseline, normalizer = key.split("/")
             output = ctx.call(ADVANTAGES, {**run.inputs, "baseline": baseline,
                                            "advantage_normalizer": normalizer})["output"]
-            compare(item(output, 0, 2, "the result"), expected,
-                    f"advantages with baseline={baseline!r}, advantage_normalizer={normalizer!r}", [
-                        Mistake("the mean subtracted although baseline='none'",
-                                "baseline='none' keeps the raw rewards", lambda: centered.reshape(-1)),
-                        Mistake("dividing by the std although advantage_normalizer='mean'",
-                                "'mean' divides by (group mean + eps)",
-                                lambda: (centered / (rewards.std(1, keepdim=True) + 1e-6)).reshape(-1)),
-                        Mistake("dividing by the mean of the centered rewards (≈0)",
-                                "'mean' divides by the mean of the raw group rewards",
-                                lambda: (centered / (centered.mean(1, keepdim=True) + 1e-6)).reshape(-1)),
-                    ])
+            compare(
+                item(output, 0, 2, "the result"),
+                expected,
+                f"advantages with baseline={baseline!r}, advantage_normalizer={normalizer!r}",
+                [
+                    Mistake(
+                        "the mean subtracted although baseline='none'",
+                        "baseline='none' keeps the raw rewards",
+                        lambda: centered.reshape(-1),
+                    ),
+                    Mistake(
+                        "dividing by the std although advantage_normalizer='mean'",
+                        "'mean' divides by (group mean + eps)",
+                        lambda: (centered / (rewards.std(1, keepdim=True) + 1e-6)).reshape(-1),
+                    ),
+                    Mistake(
+                        "dividing by the mean of the centered rewards (≈0)",
+                        "'mean' divides by the mean of the raw group rewards",
+                        lambda: (centered / (centered.mean(1, keepdim=True) + 1e-6)).reshape(-1),
+                    ),
+                ],
+            )
     judge_cases(ctx, f"{ADVANTAGES}/variants", judge)
 
 
@@ -168,7 +200,8 @@ def advantage_metadata(ctx) -> None:
        paid_with="std-normalized advantages match the reference")
 def equal_group(ctx) -> None:
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 2.0], dtype=torch.float64)
-    got = tensor(item(ctx.call(ADVANTAGES, {"raw_rewards": rewards, "group_size": 3})["output"], 0, 2,
+    got = tensor(item(ctx.call(ADVANTAGES, {"raw_rewards": rewards, "group_size": 3})["output"], 0,
+                      2,
                       "the result"), "advantages")
     if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
         raise Fail("equal rewards in a group gave NaN/inf advantages: std is 0 there, so the "

@@ -24,12 +24,14 @@ FN = "aggregate_loss_across_microbatch"
 EMPTY_ROW = ("the sequence with no response tokens divides 0 by its count of 0 (0/0 = nan); fix: "
              "count it as a loss of 0 that still counts in B: divide by the count clamped to 1, "
              "mask.sum(1).clamp_min(1)")
-STEP_TOKENS = 37  # the token count of a whole (imaginary) optimizer step this micro-batch belongs to
+# the token count of a whole (imaginary) optimizer step this micro-batch belongs to
+STEP_TOKENS = 37
 
 
 @case(f"{FN}/batch", expected=lambda inputs: torch.stack([
     run_reference(FN, {**inputs, "loss_normalization": "sequence"}),
-    run_reference(FN, {**inputs, "loss_normalization": "token", "normalization_constant": STEP_TOKENS}),
+    run_reference(FN, {**inputs, "loss_normalization": "token",
+                       "normalization_constant": STEP_TOKENS}),
     run_reference(FN, {**inputs, "loss_normalization": "constant", "normalization_constant": 24.0}),
 ]).detach())
 def make_batch(seed: int) -> dict:
@@ -66,8 +68,10 @@ def sequence_mode(ctx) -> None:
             raise Fail(f"the sequence-normalized loss is {scalar(got, 'it')} with finite losses: "
                        f"{EMPTY_ROW}")
         compare_scalar(got, float(run.expected[0]), "sequence-normalized loss", [
-            Mistake("the empty sequence left out of B", "a sequence with no response tokens counts as 0 and "
-                    "still counts in B: divide by B", lambda: (sums[non_empty] / lengths[non_empty]).mean()),
+            Mistake("the empty sequence left out of B", "a sequence with no response tokens counts "
+                                                        "as 0 and "
+                    "still counts in B: divide by B",
+                    lambda: (sums[non_empty] / lengths[non_empty]).mean()),
             Mistake("one mean over all response tokens (token normalization)",
                     "average each sequence over its own tokens, then average the B sequences",
                     lambda: sums.sum() / mask.sum()),
@@ -83,8 +87,10 @@ def sequence_mode(ctx) -> None:
 def token_mode(ctx) -> None:
     def judge(run):
         loss, mask, sums, lengths = _pieces(run.inputs)
-        compare_scalar(_call(ctx, run.inputs, "token", STEP_TOKENS), float(run.expected[1]), "token-normalized loss", [
-            Mistake("per-micro-batch token normalization (dividing by this micro-batch's own token count)",
+        compare_scalar(_call(ctx, run.inputs, "token", STEP_TOKENS), float(run.expected[1]),
+                       "token-normalized loss", [
+            Mistake("per-micro-batch token normalization (dividing by this micro-batch's own token "
+                    "count)",
                     "divide by normalization_constant, the token count of the whole optimizer step",
                     lambda: sums.sum() / mask.sum()),
             Mistake("an unmasked sum", "select the response tokens before summing: "
@@ -97,8 +103,11 @@ def token_mode(ctx) -> None:
 def constant_mode(ctx) -> None:
     def judge(run):
         loss, mask, sums, lengths = _pieces(run.inputs)
-        compare_scalar(_call(ctx, run.inputs, "constant", 24.0), float(run.expected[2]), "constant-normalized loss", [
-            Mistake("a masked mean instead of the masked sum over the constant", "divide the masked sum by the constant",
+        compare_scalar(_call(ctx, run.inputs, "constant", 24.0), float(run.expected[2]),
+                       "constant-normalized loss", [
+            Mistake("a masked mean instead of the masked sum over the constant", "divide the "
+                                                                                 "masked sum by "
+                                                                                 "the constant",
                     lambda: sums.sum() / mask.sum()),
             Mistake("an unmasked sum", "select the response tokens before summing: "
                     "torch.where(mask.bool(), loss, 0).sum()", lambda: loss.sum() / 24.0)],
@@ -115,7 +124,8 @@ def padding_does_not_leak(ctx) -> None:
         for number, (row, column) in enumerate(off.tolist()):
             loss[row, column] = (float("nan"), float("inf"), -float("inf"))[number % 3]
         inputs = {**run.inputs, "per_token_policy_gradient_loss": loss}
-        for mode, constant, index in (("sequence", None, 0), ("token", STEP_TOKENS, 1), ("constant", 24.0, 2)):
+        for mode, constant, index in (("sequence", None, 0), ("token", STEP_TOKENS, 1), ("constant",
+                                                                                         24.0, 2)):
             got = scalar(_call(ctx, inputs, mode, constant), f"the {mode}-normalized loss")
             clean = scalar(_call(ctx, run.inputs, mode, constant), f"the {mode}-normalized loss")
             if not math.isfinite(clean):  # the nan is there without any nan/inf to leak
@@ -125,12 +135,16 @@ def padding_does_not_leak(ctx) -> None:
             if math.isfinite(got) and not scalar_matches(clean, float(run.expected[index]),
                                                          magnitude=_magnitude(run.inputs)):
                 raise Fail(f"the {mode}-normalized loss is wrong already without inf/nan at masked "
-                           f"positions (see the '{mode}:' check): nothing leaks, fix that one first")
+                           f"positions (see the '{mode}:' check): nothing leaks, fix that one "
+                           "first")
             if not math.isfinite(got):
-                raise Fail(f"with nan/inf at masked-out positions the {mode}-normalized loss is {got}: "
-                           "0·nan and 0·inf are nan, so multiplying by the mask leaks them; fix: select "
+                raise Fail(f"with nan/inf at masked-out positions the {mode}-normalized loss is "
+                           f"{got}: "
+                           "0·nan and 0·inf are nan, so multiplying by the mask leaks them; fix: "
+                           "select "
                            "with torch.where(mask.bool(), loss, 0) before summing")
-            compare_scalar(got, float(run.expected[index]), f"the {mode}-normalized loss with nan/inf "
+            compare_scalar(got, float(run.expected[index]), f"the {mode}-normalized loss with "
+                                                            "nan/inf "
                            "at masked-out positions", magnitude=_magnitude(run.inputs))
     judge_cases(ctx, f"{FN}/batch", judge)
 
@@ -145,6 +159,7 @@ def bad_constant(ctx) -> None:
             kwargs["normalization_constant"] = constant
         response = ctx.outcome(FN, kwargs)
         if response.get("status") == "ok" or not response.get("is_value_error"):
-            raise Fail(f"loss_normalization={mode!r} with normalization_constant={constant!r} should raise "
+            raise Fail(f"loss_normalization={mode!r} with normalization_constant={constant!r} "
+                       "should raise "
                        "ValueError, got " + ("a result" if response.get("status") == "ok"
                                              else str(response.get("error_type"))))

@@ -35,7 +35,8 @@ def run_reference(name: str, inputs: dict):
         return function(**resolve(inputs))
 
 
-def reference_gradient(name: str, inputs: dict, wrt: str, path, cotangent: torch.Tensor) -> torch.Tensor:
+def reference_gradient(name: str, inputs: dict, wrt: str, path,
+                       cotangent: torch.Tensor) -> torch.Tensor:
     """d<output[path] · cotangent>/d inputs[wrt] of the reference, by autograd (stored with the
     case, so that no check holds a formula of its own for it)."""
     leaf = inputs[wrt].detach().clone().requires_grad_(True)
@@ -45,7 +46,8 @@ def reference_gradient(name: str, inputs: dict, wrt: str, path, cotangent: torch
     return grad.detach()
 
 
-def ragged_mask(batch: int, positions: int, g: torch.Generator, empty_row: bool = False) -> torch.Tensor:
+def ragged_mask(batch: int, positions: int, g: torch.Generator,
+                empty_row: bool = False) -> torch.Tensor:
     """A 0/1 (B, T) mask: each row a run of response tokens after a prompt, lengths differing."""
     mask = torch.zeros(batch, positions, dtype=torch.long)
     for row in range(batch):

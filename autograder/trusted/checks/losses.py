@@ -76,31 +76,60 @@ def _pg_mistakes(method: str, inputs: dict, expected: dict) -> list:
         s = seq_log_ratio.exp()
         return (-torch.minimum(s * a, s.clamp(1 - EPS, 1 + EPS) * a)).expand_as(r)
     mistakes = {
-        "noclip": [Mistake("the ratio inverted (π_old/π)", "r = exp(log π − log π_old)", lambda: -a / r),
-                   Mistake("A·log π instead of A·ratio", "noclip weights A by r = exp(log π − log π_old)",
-                           lambda: expected["none"]["loss"])],
-        "grpo": [Mistake("max instead of min in the clipped objective",
-                         "loss = −min(r·A, clip(r, 1−ε, 1+ε)·A)", lambda: -torch.maximum(r * a, clipped * a)),
-                 Mistake("the clipped term alone (no min with the unclipped one)",
-                         "take −min(r·A, clip(r)·A): clipping may only remove gradient, never add it",
-                         lambda: -clipped * a)],
-        "gspo": [Mistake("GSPO as a product of token ratios instead of their geometric mean",
-                         "s = exp(mean over response tokens of log r), not exp(sum)",
-                         lambda: gspo(log_ratio.sum(1, keepdim=True))),
-                 Mistake("the mean log-ratio taken over all T positions (padding included)",
-                         "average log r over the response tokens only (masked mean)",
-                         lambda: gspo(log_ratio.sum(1, keepdim=True) / T)),
-                 Mistake("token-level clipping (GRPO) instead of one sequence ratio",
-                         "GSPO clips one geometric-mean ratio per sequence",
-                         lambda: expected["grpo"]["loss"]),
-                 Mistake("the arithmetic mean of token ratios",
-                         "use the geometric mean: exp(masked mean of log r)",
-                         lambda: gspo(((r * mask).sum(1, keepdim=True) / lengths).log()))],
-        "cispo": [Mistake("the PPO clipped loss instead of CISPO's weighted log π",
-                          "loss = −sg(min(r, 1+ε))·A·log π",
-                          lambda: expected["grpo"]["loss"]),
-                  Mistake("the weight clipped on both sides", "CISPO caps the weight only above: min(r, 1+ε)",
-                          lambda: -clipped * a * inputs["policy_log_probs"])],
+        "noclip": [
+            Mistake("the ratio inverted (π_old/π)", "r = exp(log π − log π_old)", lambda: -a / r),
+            Mistake(
+                "A·log π instead of A·ratio",
+                "noclip weights A by r = exp(log π − log π_old)",
+                lambda: expected["none"]["loss"],
+            ),
+        ],
+        "grpo": [
+            Mistake(
+                "max instead of min in the clipped objective",
+                "loss = −min(r·A, clip(r, 1−ε, 1+ε)·A)",
+                lambda: -torch.maximum(r * a, clipped * a),
+            ),
+            Mistake(
+                "the clipped term alone (no min with the unclipped one)",
+                "take −min(r·A, clip(r)·A): clipping may only remove gradient, never add it",
+                lambda: -clipped * a,
+            ),
+        ],
+        "gspo": [
+            Mistake(
+                "GSPO as a product of token ratios instead of their geometric mean",
+                "s = exp(mean over response tokens of log r), not exp(sum)",
+                lambda: gspo(log_ratio.sum(1, keepdim=True)),
+            ),
+            Mistake(
+                "the mean log-ratio taken over all T positions (padding included)",
+                "average log r over the response tokens only (masked mean)",
+                lambda: gspo(log_ratio.sum(1, keepdim=True) / T),
+            ),
+            Mistake(
+                "token-level clipping (GRPO) instead of one sequence ratio",
+                "GSPO clips one geometric-mean ratio per sequence",
+                lambda: expected["grpo"]["loss"],
+            ),
+            Mistake(
+                "the arithmetic mean of token ratios",
+                "use the geometric mean: exp(masked mean of log r)",
+                lambda: gspo(((r * mask).sum(1, keepdim=True) / lengths).log()),
+            ),
+        ],
+        "cispo": [
+            Mistake(
+                "the PPO clipped loss instead of CISPO's weighted log π",
+                "loss = −sg(min(r, 1+ε))·A·log π",
+                lambda: expected["grpo"]["loss"],
+            ),
+            Mistake(
+                "the weight clipped on both sides",
+                "CISPO caps the weight only above: min(r, 1+ε)",
+                lambda: -clipped * a * inputs["policy_log_probs"],
+            ),
+        ],
     }
     return mistakes.get(method, [])
 
@@ -117,16 +146,20 @@ def _pg_judge(ctx, method: str, run, extra=None) -> dict:
     # positions off the mask are free (the aggregation ignores them), except for shape
     if tuple(loss.shape) == tuple(expected.shape):
         loss = torch.where(mask, loss.double(), expected)
-    mistakes = [Mistake(m.label, m.fix, lambda m=m: torch.where(mask, m.answer().double(), expected))
+    mistakes = [Mistake(m.label, m.fix, lambda m=m: torch.where(mask, m.answer().double(),
+                                                                expected))
                 for m in _pg_mistakes(method, run.inputs, run.expected)]
     compare(loss, expected, f"{method} per-token loss (on response tokens)", mistakes)
     return response
 
 
 def _pg_gradient(ctx, method: str, run, wrt: str):
-    """Judge `method`'s values, then return d(Σ masked loss)/d`wrt` (None when no gradient reaches it)."""
+    """Judge `method`'s values, then return d(Σ masked loss)/d`wrt` (None when no gradient reaches
+    it)."""
     cotangent = run.inputs["response_mask"].double()
-    response = _pg_judge(ctx, method, run, {"grad_wrt": [wrt], "backward": {"path": "0", "cotangent": cotangent}})
+    response = _pg_judge(
+        ctx, method, run, {"grad_wrt": [wrt], "backward": {"path": "0", "cotangent": cotangent}}
+    )
     return response.get("grads", {}).get(wrt)
 
 
@@ -140,7 +173,8 @@ def pg_noclip(ctx) -> None:
     def judge(run):
         grad = _pg_gradient(ctx, "noclip", run, "old_log_probs")
         if grad is not None and float(grad.abs().max()) > 0:
-            raise Fail("the loss has a gradient with respect to old_log_probs: this looks like log π_old "
+            raise Fail("the loss has a gradient with respect to old_log_probs: this looks like log "
+                       "π_old "
                        "not detached; fix: r = exp(log π − old_log_probs.detach())")
     judge_cases(ctx, f"{PG}/batch", judge)
 
@@ -150,7 +184,8 @@ def pg_grpo(ctx) -> None:
     judge_cases(ctx, f"{PG}/batch", lambda run: _pg_judge(ctx, "grpo", run))
 
 
-@check(PG, "masked positions never leak into the gradient, even when they hold inf or nan", points=1)
+@check(PG, "masked positions never leak into the gradient, even when they hold inf or nan",
+       points=1)
 def pg_masked_inputs(ctx) -> None:
     """Selecting the loss after exp keeps its value finite, but backward through exp of an inf or
     nan at a masked position is 0·∞ = nan: the inputs must be masked before the ratio."""
@@ -163,17 +198,21 @@ def pg_masked_inputs(ctx) -> None:
     for method in ("noclip", "grpo", "gspo", "cispo"):
         kwargs = {**run.inputs, "pg_method": method, "cliprange": EPS}
         expected = reference_gradient(PG, kwargs, "policy_log_probs", 0, cotangent)
-        response = ctx.call(PG, {**kwargs, "old_log_probs": poisoned}, grad_wrt=["policy_log_probs"],
+        response = ctx.call(PG, {**kwargs, "old_log_probs": poisoned},
+                            grad_wrt=["policy_log_probs"],
                             backward={"path": "0", "cotangent": cotangent})
         grad = response.get("grads", {}).get("policy_log_probs")
         if grad is None:
             raise Fail(f"{method}: the loss has no gradient with respect to policy_log_probs")
         if not torch.isfinite(grad).all():
-            raise Fail(f"{method}: with inf/nan in old_log_probs at masked-out positions the gradient "
-                       "holds nan: selecting the loss afterwards keeps its value finite, but backward "
+            raise Fail(f"{method}: with inf/nan in old_log_probs at masked-out positions the "
+                       "gradient "
+                       "holds nan: selecting the loss afterwards keeps its value finite, but "
+                       "backward "
                        "through exp(nan) or exp(inf) is 0·∞ = nan; fix: select the inputs with "
                        "torch.where(mask, old_log_probs, 0) (and log π) BEFORE computing the ratio")
-        compare(grad, expected, f"{method}: d(Σ masked loss)/d log π with inf/nan at masked-out positions")
+        compare(grad, expected, f"{method}: d(Σ masked loss)/d log π with inf/nan at masked-out "
+                                "positions")
 
 
 def _clip_mistakes(inputs: dict, key: str) -> list:
@@ -187,7 +226,8 @@ def _clip_mistakes(inputs: dict, key: str) -> list:
         return (counted * mask).sum() / (total if key == "clip_fraction" else 1)
     return [
         Mistake("clip counted on the wrong side (A>0 with r<1−ε, or A<0 with r>1+ε)",
-                "count a token where clipping removes its gradient: A>0 and r>1+ε, or A<0 and r<1−ε",
+                "count a token where clipping removes its gradient: A>0 and r>1+ε, or A<0 and "
+                "r<1−ε",
                 lambda: value(wrong_side)),
         Mistake("every ratio outside [1−ε, 1+ε] counted as clipped, whatever the sign of A",
                 "count only where clipping removes the gradient (depends on the sign of A)",
@@ -202,7 +242,8 @@ def pg_clip_metadata(ctx) -> None:
     def judge(run):
         metadata = item(_pg_judge(ctx, "grpo", run)["output"], 1, 2, "the result")
         for key in ("clip_count", "clip_fraction", "clip_total"):
-            compare_scalar(field(metadata, key, "grpo metadata"), float(run.expected["grpo"]["metadata"][key]),
+            compare_scalar(field(metadata, key, "grpo metadata"),
+                           float(run.expected["grpo"]["metadata"][key]),
                            f"metadata[{key!r}]", _clip_mistakes(run.inputs, key))
     judge_cases(ctx, f"{PG}/batch", judge)
 
@@ -222,7 +263,8 @@ def pg_cispo(ctx) -> None:
         if grad is None:
             raise Fail("the CISPO loss has no gradient with respect to policy_log_probs")
         # with the weight attached, d/d log π gains −A·r·log π wherever r < 1+ε (d r/d log π = r)
-        attached = expected + torch.where(r < 1 + EPS, -a * r * run.inputs["policy_log_probs"], 0) * cotangent
+        attached = expected + torch.where(r < 1 + EPS, -a * r * run.inputs["policy_log_probs"],
+                                          0) * cotangent
         compare(grad, expected, "the gradient of the CISPO loss with respect to log π", [
             Mistake("the CISPO weight not detached (gradient also flows through min(r, 1+ε))",
                     "detach the weight: torch.clamp(ratio, max=1+ε).detach()", lambda: attached)])
@@ -233,10 +275,12 @@ def pg_cispo(ctx) -> None:
        paid_with="grpo: −min(r·A, clip(r, 1−ε, 1+ε)·A)")
 def pg_bad_input(ctx) -> None:
     inputs = _policy(3)
-    for method, drop in (("grpo", "old_log_probs"), ("grpo", "cliprange"), ("noclip", "old_log_probs")):
+    for method, drop in (("grpo", "old_log_probs"), ("grpo", "cliprange"), ("noclip",
+                                                                            "old_log_probs")):
         kwargs = {**inputs, "pg_method": method, "cliprange": EPS}
         kwargs.pop(drop)
         response = ctx.outcome(PG, kwargs)
         if response.get("status") == "ok" or not response.get("is_value_error"):
             raise Fail(f"{method} without {drop} should raise ValueError, got "
-                       + ("a result" if response.get("status") == "ok" else str(response.get("error_type"))))
+                       + ("a result" if response.get("status") == "ok"
+                          else str(response.get("error_type"))))

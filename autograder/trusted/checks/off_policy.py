@@ -24,7 +24,8 @@ TIS = "truncated_importance_weights"
 
 # ---- estimate_kl -------------------------------------------------------------------------------
 @case(f"{KL}/batch", expected=lambda inputs: {
-    "values": torch.stack([run_reference(KL, {**inputs, "estimator": k}).detach() for k in KL_ESTIMATORS]),
+    "values": torch.stack([run_reference(KL, {**inputs, "estimator": k}).detach()
+                           for k in KL_ESTIMATORS]),
     "k3_grad": reference_gradient(KL, {**inputs, "estimator": "k3"}, "new_logprobs", None,
                                    torch.ones_like(inputs["new_logprobs"]))})
 def make_kl(seed: int) -> dict:
@@ -40,15 +41,19 @@ def kl_values(ctx) -> None:
     def judge(run):
         delta = run.inputs["new_logprobs"] - run.inputs["ref_logprobs"]
         ratio = run.inputs["ratio"]
-        mistakes = {"k1": [Mistake("δ with the sign reversed (log π_ref − log π)", "δ = log π − log π_ref",
+        mistakes = {"k1": [Mistake("δ with the sign reversed (log π_ref − log π)", "δ = log π − "
+                                                                                   "log π_ref",
                                 lambda: -delta)],
                     "k2": [Mistake("k2 without the 1/2", "k2 = δ²/2", lambda: delta ** 2)],
                     "k3": [Mistake("k3 with the sign of δ reversed (exp(δ) − 1 − δ)",
-                                "k3 = exp(−δ) − 1 + δ with δ = log π − log π_ref", lambda: delta.exp() - 1 - delta),
-                        Mistake("exp(δ) − 1 + δ", "k3 = exp(−δ) − 1 + δ", lambda: delta.exp() - 1 + delta)],
+                                "k3 = exp(−δ) − 1 + δ with δ = log π − log π_ref",
+                                   lambda: delta.exp() - 1 - delta),
+                        Mistake("exp(δ) − 1 + δ", "k3 = exp(−δ) − 1 + δ",
+                                lambda: delta.exp() - 1 + delta)],
                     "ratio_k1": [Mistake("δ / ratio instead of ratio·δ", "ratio_k1 is ratio·δ",
                                          lambda: delta / ratio),
-                                 Mistake("k1 without the ratio", "ratio_k1 is ratio·δ", lambda: delta)]}
+                                 Mistake("k1 without the ratio", "ratio_k1 is ratio·δ",
+                                         lambda: delta)]}
         for index, k in enumerate(KL_ESTIMATORS):
             got = ctx.call(KL, {**run.inputs, "estimator": k})["output"]
             compare(got, run.expected["values"][index], f"estimator {k!r}", mistakes[k])
@@ -63,7 +68,8 @@ def kl_gradient(ctx) -> None:
                         backward={"path": "", "cotangent": torch.ones(3, 5, dtype=torch.float64)})
     grad = response.get("grads", {}).get("new_logprobs")
     if grad is None:
-        raise Fail("k3 has no gradient with respect to new_logprobs (detached or computed under no_grad?)")
+        raise Fail("k3 has no gradient with respect to new_logprobs (detached or computed under "
+                   "no_grad?)")
     compare(grad, run.expected["k3_grad"], "d k3 / d log π")
 
 
@@ -84,11 +90,13 @@ def tis_values(ctx) -> None:
         mask = run.inputs["response_mask"].double()
         got = ctx.call(TIS, run.inputs)["output"]
         compare(got, run.expected, "truncated importance weights", [
-            Mistake("the ratio inverted (exp(sampler − old))", "w = exp(old_log_probs − sampler_log_probs)",
+            Mistake("the ratio inverted (exp(sampler − old))", "w = exp(old_log_probs − "
+                                                               "sampler_log_probs)",
                     lambda: (-log_w).exp().clamp(max=1.5) * mask),
             Mistake("clamped from below instead of above", "w = min(exp(δ), cap)",
                     lambda: log_w.exp().clamp(min=1.5) * mask),
-            Mistake("the mask ignored", "set masked-out positions to 0", lambda: log_w.exp().clamp(max=1.5))])
+            Mistake("the mask ignored", "set masked-out positions to 0",
+                    lambda: log_w.exp().clamp(max=1.5))])
     judge_cases(ctx, f"{TIS}/batch", judge)
 
 
@@ -111,20 +119,26 @@ def _grpo_inputs(seed: int) -> dict:
     old = new + torch.randn(3, 6, generator=g, dtype=torch.float64) * 0.35
     ref = new + torch.randn(3, 6, generator=g, dtype=torch.float64) * 0.5
     advantages = torch.randn(3, 1, generator=g, dtype=torch.float64).expand(3, 6).clone()
-    return {"new_logprobs": new, "ratio": (new - old).exp(), "advantages": advantages, "ref_logprobs": ref,
+    return {"new_logprobs": new, "ratio": (new - old).exp(), "advantages": advantages,
+            "ref_logprobs": ref,
             "tis_weights": torch.rand(3, 6, generator=g, dtype=torch.float64) * 2}
 
 
 def _config(loss_fn: str) -> dict:
-    return config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator="k3", beta=0.1)
+    return config_marker(loss_fn=loss_fn, clip_lower=0.2, clip_higher=0.28, kl_estimator="k3",
+                         beta=0.1)
 
 
 def _grpo_expected(inputs: dict) -> dict:
     out = {}
     for loss_fn in GRPO_LOSS_FNS:
-        out[loss_fn] = torch.stack([t.detach() for t in run_reference(GRPO, {**inputs, "config": _config(loss_fn)})])
-    out["cispo/grad"] = reference_gradient(GRPO, {**inputs, "config": _config("cispo")}, "new_logprobs", 2,
-                                            torch.ones_like(inputs["new_logprobs"]))  # d pg_loss_max / d log π
+        out[loss_fn] = torch.stack(
+            [t.detach() for t in run_reference(GRPO, {**inputs, "config": _config(loss_fn)})]
+        )
+    out["cispo/grad"] = reference_gradient(GRPO, {**inputs, "config": _config("cispo")},
+                                           "new_logprobs", 2,
+                                            # d pg_loss_max / d log π
+                                            torch.ones_like(inputs["new_logprobs"]))
     return out
 
 
@@ -140,7 +154,8 @@ def _grpo_call(ctx, inputs, loss_fn, **options):
                       for i, name in enumerate(("pg_losses", "pg_losses2", "pg_loss_max", "kl"))]
 
 
-@check(GRPO, "dapo: −A·r, −A·clip(r, 1−clip_lower, 1+clip_higher), their max, TIS on the max only", points=2)
+@check(GRPO, "dapo: −A·r, −A·clip(r, 1−clip_lower, 1+clip_higher), their max, TIS on the max "
+             "only", points=2)
 def grpo_dapo(ctx) -> None:
     def judge(run):
         _, got = _grpo_call(ctx, run.inputs, "dapo")
@@ -148,17 +163,21 @@ def grpo_dapo(ctx) -> None:
         expected = run.expected["dapo"]
         compare(got[0], expected[0], "pg_losses")
         compare(got[1], expected[1], "pg_losses2", [
-            Mistake("clip_lower and clip_higher swapped", "clip(r, 1 − clip_lower, 1 + clip_higher)",
+            Mistake("clip_lower and clip_higher swapped", "clip(r, 1 − clip_lower, 1 + "
+                                                          "clip_higher)",
                     lambda: -a * r.clamp(1 - 0.28, 1 + 0.2)),
-            Mistake("one symmetric bound (clip_lower) on both sides", "use clip_higher for the upper bound",
+            Mistake("one symmetric bound (clip_lower) on both sides", "use clip_higher for the "
+                                                                      "upper bound",
                     lambda: -a * r.clamp(1 - 0.2, 1 + 0.2))])
         compare(got[2], expected[2], "pg_loss_max", [
-            Mistake("min instead of max of the two losses", "pg_loss_max = max(pg_losses, pg_losses2)",
+            Mistake("min instead of max of the two losses", "pg_loss_max = max(pg_losses, "
+                                                            "pg_losses2)",
                     lambda: torch.minimum(expected[0], expected[1]) * tis),
             Mistake("tis_weights not applied", "multiply pg_loss_max by tis_weights",
                     lambda: torch.maximum(expected[0], expected[1]))])
         compare(got[3], expected[3], "kl", [
-            Mistake("tis_weights applied to the KL too", "TIS weights multiply pg_loss_max, never the KL",
+            Mistake("tis_weights applied to the KL too", "TIS weights multiply pg_loss_max, never "
+                                                         "the KL",
                     lambda: expected[3] * tis)])
     judge_cases(ctx, f"{GRPO}/batch", judge)
 
@@ -172,13 +191,16 @@ def grpo_cispo(ctx) -> None:
         expected = run.expected["cispo"]
         for i, name in enumerate(("pg_losses", "pg_losses2")):
             compare(got[i], expected[i], name, [
-                Mistake("the DAPO clipped loss for loss_fn='cispo'", "cispo: −A·sg(min(r, 1+clip_higher))·log π",
+                Mistake("the DAPO clipped loss for loss_fn='cispo'", "cispo: −A·sg(min(r, "
+                                                                     "1+clip_higher))·log π",
                         lambda: run.expected["dapo"][1])])
         compare(got[2], expected[2], "pg_loss_max")
         ratio_grad = response.get("grads", {}).get("ratio")
         if ratio_grad is not None and float(ratio_grad.abs().max()) > 0:
-            raise Fail("pg_loss_max has a gradient with respect to ratio: this looks like the CISPO weight "
-                       "not detached; fix: weight = torch.clamp(ratio, max=1 + clip_higher).detach()")
+            raise Fail("pg_loss_max has a gradient with respect to ratio: this looks like the "
+                       "CISPO weight "
+                       "not detached; fix: weight = torch.clamp(ratio, max=1 + "
+                       "clip_higher).detach()")
         grad = response.get("grads", {}).get("new_logprobs")
         if grad is None:
             raise Fail("the CISPO loss has no gradient with respect to new_logprobs")
@@ -187,7 +209,8 @@ def grpo_cispo(ctx) -> None:
 
 
 @check(GRPO, "kl is zeros when ref_logprobs is None", points=1,
-       paid_with="dapo: −A·r, −A·clip(r, 1−clip_lower, 1+clip_higher), their max, TIS on the max only")
+       paid_with="dapo: −A·r, −A·clip(r, 1−clip_lower, 1+clip_higher), their max, TIS on the max "
+                 "only")
 def grpo_no_ref(ctx) -> None:
     inputs = {**_grpo_inputs(5), "ref_logprobs": None}
     _, got = _grpo_call(ctx, inputs, "dapo")

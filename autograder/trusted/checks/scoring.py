@@ -48,7 +48,8 @@ def entropy_values(ctx) -> None:
             Mistake("Σ p·log p without the minus sign", "entropy is −Σ p·log p",
                     lambda: -run.expected),
             Mistake("entropy over the wrong axis", "reduce over the last (vocabulary) axis, dim=-1",
-                    lambda: run_reference(ENTROPY, {"logits": run.inputs["logits"].transpose(-1, -2)})),
+                    lambda: run_reference(ENTROPY, {"logits": run.inputs["logits"].transpose(-1,
+                                                                                             -2)})),
         ])
     judge_cases(ctx, f"{ENTROPY}/logits", judge)
 
@@ -75,15 +76,20 @@ def entropy_stable(ctx) -> None:
     judge_cases(ctx, f"{ENTROPY}/large", judge)
 
 
-@check(ENTROPY, "keeps the leading shape; float32/float64 keep their dtype, half becomes float32", points=1,
+@check(ENTROPY, "keeps the leading shape; float32/float64 keep their dtype, half becomes "
+                "float32", points=1,
        paid_with="values match the reference")
 def entropy_shape(ctx) -> None:
     g = generator(7)
-    for shape, dtype, want in (((5, 9), torch.float32, torch.float32), ((2, 3, 4, 9), torch.float64, torch.float64),
+    for shape, dtype, want in (((5, 9), torch.float32, torch.float32), ((2, 3, 4, 9), torch.float64,
+                                                                        torch.float64),
                                ((4, 9), torch.bfloat16, torch.float32)):
-        got = tensor(ctx.call(ENTROPY, {"logits": torch.randn(*shape, generator=g).to(dtype)})["output"], "entropy")
+        got = tensor(ctx.call(ENTROPY, {"logits": torch.randn(*shape,
+                                                              generator=g).to(dtype)})["output"],
+                     "entropy")
         if tuple(got.shape) != shape[:-1]:
-            raise Fail(f"logits {shape} gave entropy of shape {tuple(got.shape)}, expected {shape[:-1]}")
+            raise Fail(f"logits {shape} gave entropy of shape {tuple(got.shape)}, expected "
+                       f"{shape[:-1]}")
         if got.dtype != want:
             raise Fail(f"{dtype} logits gave {got.dtype} entropy, expected {want}")
 
@@ -91,8 +97,13 @@ def entropy_shape(ctx) -> None:
 def _scoring_batch(seed: int, lengths_max: int = 12) -> dict:
     r = rng(seed)
     tokenizer = build_tokenizer()
-    rows = [tokenizer.encode("".join(r.choice("abcdef0123+=") for _ in range(r.randint(3, lengths_max))),
-                             add_special_tokens=False) for _ in range(3)]
+    rows = [
+        tokenizer.encode(
+            "".join(r.choice("abcdef0123+=") for _ in range(r.randint(3, lengths_max))),
+            add_special_tokens=False,
+        )
+        for _ in range(3)
+    ]
     length = max(map(len, rows))
     ids = torch.full((3, length), tokenizer.pad_token_id, dtype=torch.long)
     for i, row in enumerate(rows):
@@ -121,8 +132,10 @@ def _log_prob_mistakes(inputs: dict, expected: torch.Tensor) -> list:
                 lambda: expected.exp()),
         Mistake("gathering at input_ids instead of labels", "gather the log-probs of `labels`",
                 at_inputs),
-        Mistake("raw logits of the label, not normalized", "subtract logsumexp(z) over the vocabulary",
-                lambda: _model_logits(inputs).gather(-1, inputs["labels"].unsqueeze(-1)).squeeze(-1)),
+        Mistake("raw logits of the label, not normalized", "subtract logsumexp(z) over the "
+                                                           "vocabulary",
+                lambda: _model_logits(inputs).gather(-1,
+                                                     inputs["labels"].unsqueeze(-1)).squeeze(-1)),
     ]
 
 
@@ -144,7 +157,8 @@ def _plain_path(ctx, inputs: dict, **options) -> dict:
 
 def _own_plain_path(ctx, inputs: dict) -> None:
     """The chunked head is given (`course.chunked_head`): a chunked path earns its points only
-    beside a plain path of the student's own, or a function that is all given code would earn them."""
+    beside a plain path of the student's own, or a function that is all given code would earn
+    them."""
     try:
         _plain_path(ctx, inputs)
     except Fail as exc:
@@ -169,9 +183,11 @@ def log_prob_values(ctx) -> None:
 def token_entropy(ctx) -> None:
     def judge(run):
         response = _plain_path(ctx, run.inputs)
-        entropy = field(response["output"], "token_entropy", "the result with return_token_entropy=True")
+        entropy = field(response["output"], "token_entropy", "the result with "
+                                                             "return_token_entropy=True")
         compare(entropy, run.expected["token_entropy"], "token_entropy", [
-            Mistake("entropy of the label distribution's log-prob (−log π)", "use compute_entropy on the logits",
+            Mistake("entropy of the label distribution's log-prob (−log π)", "use compute_entropy "
+                                                                             "on the logits",
                     lambda: -run.expected["log_probs"])], MODEL)
         if response["requires_grad"].get("token_entropy", False):
             raise Fail("token_entropy requires grad: it is a logged metric; compute it under "
@@ -200,33 +216,44 @@ def bad_chunk(ctx) -> None:
         response = ctx.outcome(LOG_PROBS, {**inputs, "logits_chunk_size": size})
         if response.get("status") == "ok" or not response.get("is_value_error"):
             raise Fail(f"logits_chunk_size={size!r} should raise ValueError, got "
-                       + ("a result" if response.get("status") == "ok" else str(response.get("error_type"))))
+                       + ("a result" if response.get("status") == "ok"
+                          else str(response.get("error_type"))))
 
 
 @check(LOG_PROBS, "a bfloat16 model is scored in float32", points=1)
 def half_precision(ctx) -> None:
-    """Judged with the reference on this machine: bfloat16 logits round with the device's kernels."""
+    """Judged with the reference on this machine: bfloat16 logits round with the device's
+    kernels."""
     scored = reference_function(LOG_PROBS)
-    inputs = {"model": model_marker(ctx.grader.seed % 7, "bfloat16"), **_scoring_batch(ctx.grader.seed, 30)}
-    model = build_model(inputs["model"]["seed"], "bfloat16", ctx.device)  # same device: same rounding
+    inputs = {"model": model_marker(ctx.grader.seed % 7, "bfloat16"),
+              **_scoring_batch(ctx.grader.seed, 30)}
+    # same device: same rounding
+    model = build_model(inputs["model"]["seed"], "bfloat16", ctx.device)
     ids, labels = inputs["input_ids"].to(ctx.device), inputs["labels"].to(ctx.device)
-    with one_thread(), torch.no_grad():  # the worker's thread count, so the bf16 logits round the same way
+    # the worker's thread count, so the bf16 logits round the same way
+    with one_thread(), torch.no_grad():
         logits = model(ids).logits.cpu()  # (B, T, V) bf16
         expected = scored(model, ids, labels)["log_probs"].cpu()  # float32
     half = torch.log_softmax(logits, -1).gather(-1, inputs["labels"].unsqueeze(-1)).squeeze(-1)
-    got = tensor(field(_plain_path(ctx, inputs, no_grad=True)["output"], "log_probs", "the result"), "log_probs")
+    got = tensor(field(_plain_path(ctx, inputs, no_grad=True)["output"], "log_probs", "the result"),
+                 "log_probs")
     if got.dtype != torch.float32:
-        raise Fail(f"log_probs of a bfloat16 model are {got.dtype}: this looks like the log-softmax "
-                   "materialized in half precision; fix: upcast the logits with .float() before logsumexp")
+        raise Fail(f"log_probs of a bfloat16 model are {got.dtype}: this looks like the "
+                   "log-softmax "
+                   "materialized in half precision; fix: upcast the logits with .float() before "
+                   "logsumexp")
     compare(got, expected, "log_probs of a bfloat16 model", [
         Mistake("log-softmax materialized in half precision",
-                "upcast the logits with .float() before logsumexp/log_softmax", lambda: half.float())],
+                "upcast the logits with .float() before logsumexp/log_softmax",
+                lambda: half.float())],
         BFLOAT16)
 
 
 def _decoder_saved_bytes(inputs: dict) -> int:
-    """What the model's decoder alone saves for backward on `inputs` (trusted: the course's model)."""
-    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"], vocab_size=inputs["model"]["vocab_size"])
+    """What the model's decoder alone saves for backward on `inputs` (trusted: the course's
+    model)."""
+    model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"],
+                        vocab_size=inputs["model"]["vocab_size"])
     with SavedBytes({"model": model, "input_ids": inputs["input_ids"]}) as saved:
         hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
     return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
@@ -250,16 +277,20 @@ def _bound_peak_cuda_memory(ctx) -> None:
               "labels": ids[:, 1:]}
     peaks, outputs = {}, {}
     for size in (0, 32):
-        response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size}, measure_cuda_memory=True,
+        response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size},
+                            measure_cuda_memory=True,
                             backward={"path": "log_probs", "cotangent": torch.ones(4, 512)})
         peaks[size] = int(response.get("peak_bytes", 0))
         outputs[size] = field(response["output"], "log_probs", "the result")
     compare(outputs[32], tensor(outputs[0], "log_probs"), "chunked log_probs", tolerance=MODEL)
     logits_bytes = 4 * 512 * vocab * 4
     if peaks[32] > 0.25 * max(peaks[0], logits_bytes):
-        raise Fail(f"with logits_chunk_size=32 the peak extra memory is {peaks[32] / 2**20:.0f} MiB, "
-                   f"against {peaks[0] / 2**20:.0f} MiB unchunked ({logits_bytes / 2**20:.0f} MiB of logits): "
-                   "run the output head chunk by chunk and let backward recompute each chunk's logits "
+        raise Fail(f"with logits_chunk_size=32 the peak extra memory is {peaks[32] / 2**20:.0f} "
+                   "MiB, "
+                   f"against {peaks[0] / 2**20:.0f} MiB unchunked ({logits_bytes / 2**20:.0f} MiB "
+                   "of logits): "
+                   "run the output head chunk by chunk and let backward recompute each chunk's "
+                   "logits "
                    "(course.chunked_head) instead of keeping all of them")
 
 
@@ -279,21 +310,27 @@ def chunked_saved_bytes(ctx) -> None:
     compare(log_probs, run.expected["log_probs"], f"log_probs with logits_chunk_size={chunk}",
             tolerance=FLOAT32_CHUNKS)
     if not response["requires_grad"].get("log_probs", False):
-        raise Fail("log_probs has no gradient: score with autograd on, so that backward can recompute")
+        raise Fail("log_probs has no gradient: score with autograd on, so that backward can "
+                   "recompute")
     chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
-    allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16  # + (B, T) vectors
+    # + (B, T) vectors
+    allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16
     saved, hooks = response.get("saved_bytes"), response.get("foreign_saved_hooks")
     if type(saved) is not int or saved < 0:  # the worker's answer is data to check, not to trust
-        raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte count")
+        raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte "
+                   "count")
     if not isinstance(hooks, list) or hooks:
         raise Fail(f"your code installs saved-tensor hooks of its own ({hooks!r}): what they keep "
                    "for backward is hidden from the count; recompute each chunk with "
                    "torch.utils.checkpoint or a custom autograd.Function instead")
     if saved > allowed:
-        raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for backward, "
+        raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for "
+                   "backward, "
                    f"more than the decoder's activations plus about one chunk of logits "
-                   f"({allowed / 2**20:.2f} MiB; all the logits are {batch * positions * vocab * 4 / 2**20:.0f} MiB): "
-                   "recompute each chunk's logits in backward (a custom autograd.Function, or checkpointing the head and "
+                   f"({allowed / 2**20:.2f} MiB; all the logits are "
+                   f"{batch * positions * vocab * 4 / 2**20:.0f} MiB): "
+                   "recompute each chunk's logits in backward (a custom autograd.Function, or "
+                   "checkpointing the head and "
                    "normalizer of a chunk) instead of keeping them")
     if ctx.device == "cuda":
         _bound_peak_cuda_memory(ctx)

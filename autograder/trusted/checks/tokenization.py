@@ -1,4 +1,5 @@
-"""Checks for stage 1: `tokenize_prompt_and_output` (its contract: the docstring of `course.tokenization`)."""
+"""Checks for stage 1: `tokenize_prompt_and_output` (its contract: the docstring of
+`course.tokenization`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _text(r, low: int, high: int) -> str:
 def make_batch(seed: int) -> dict:
     r = rng(seed)
     prompts = [f"Q: {_text(r, 1, 8)}?" for _ in range(4)]
-    outputs = [_text(r, 1, 9) for _ in range(3)] + [f"<think>{_text(r, 0, 3)}</think><answer>7</answer>"]
+    outputs = [_text(r, 1, 9)
+               for _ in range(3)] + [f"<think>{_text(r, 0, 3)}</think><answer>7</answer>"]
     order = list(range(4))
     r.shuffle(order)
     return {"prompt_strs": [prompts[i] for i in order], "output_strs": [outputs[i] for i in order],
@@ -54,7 +56,8 @@ def _joint(inputs: dict, tokenizer) -> torch.Tensor:
     rows = [tokenizer.encode(p + o, add_special_tokens=False)
             for p, o in zip(inputs["prompt_strs"], inputs["output_strs"])]
     width = max(map(len, rows))
-    return torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])[:, :-1]
+    return torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])[:,
+                                                                                               :-1]
 
 
 def _mask_mistakes(mask: torch.Tensor) -> list:
@@ -62,12 +65,14 @@ def _mask_mistakes(mask: torch.Tensor) -> list:
     tokenization of its own (the student edition ships this file without the reference)."""
     mask = mask.long()
     return [
-        Mistake("prompt tokens in the mask", "set the mask to 1 only on output tokens, 0 on the prompt",
+        Mistake("prompt tokens in the mask", "set the mask to 1 only on output tokens, 0 on the "
+                                             "prompt",
                 lambda: (mask.flip(1).cumsum(1).flip(1) > 0).long()),  # every real label position
         Mistake("padding in the mask", "padded positions must be 0 in response_mask",
                 lambda: (mask.cumsum(1) > 0).long()),  # from the output's first token to the end
         Mistake("a mask that is not shifted with the labels",
-                "take the mask of the full sequence from position 1 on (mask[:, 1:]), like the labels",
+                "take the mask of the full sequence from position 1 on (mask[:, 1:]), like the "
+                "labels",
                 lambda: torch.cat([torch.zeros_like(mask[:, :1]), mask[:, :-1]], 1)),
     ]
 
@@ -80,7 +85,8 @@ def _judge_batch(output, expected: dict, inputs: dict) -> None:
         if key != "response_mask" and got.ndim == 2 and got.shape[1] == length:
             raise Fail(f"{key} has L = {length} columns: a causal LM predicts token t+1 from "
                        "tokens ≤ t, so input_ids = sequence[:, :-1] and labels = sequence[:, 1:]")
-    padded_eos = torch.where(expected["input_ids"] == tokenizer.pad_token_id, tokenizer.eos_token_id,
+    padded_eos = torch.where(expected["input_ids"] == tokenizer.pad_token_id,
+                             tokenizer.eos_token_id,
                              expected["input_ids"])
     compare(output["input_ids"], expected["input_ids"], "input_ids", [
         Mistake("padding with eos instead of the tokenizer's pad id",
@@ -110,7 +116,8 @@ def shapes(ctx) -> None:
             raise Fail(f"{key} has shape {tuple(got.shape)}, expected (B, L-1) = "
                        f"{want} with L the longest prompt+output")
         if got.dtype.is_floating_point:
-            raise Fail(f"{key} is {got.dtype}; token ids and the mask must be integer (or bool) tensors")
+            raise Fail(f"{key} is {got.dtype}; token ids and the mask must be integer (or bool) "
+                       "tensors")
 
 
 @check(FN, "values match the reference", points=3)
@@ -133,7 +140,8 @@ def mask_property(ctx) -> None:
         ids = tokenizer.encode(text, add_special_tokens=False)
         if mask.ndim != 2 or row >= mask.shape[0] or int(mask[row].sum()) != len(ids):
             raise Fail(f"row {row}: the output has {len(ids)} tokens, but response_mask has "
-                       f"{int(mask[row].sum()) if mask.ndim == 2 and row < mask.shape[0] else '?'} ones")
+                       f"{int(mask[row].sum()) if mask.ndim == 2 and row < mask.shape[0] else '?'} "
+                       "ones")
         if labels[row][mask[row].bool()].tolist() != ids:
             raise Fail(f"row {row}: the labels under response_mask are not the output's tokens")
 
@@ -141,7 +149,9 @@ def mask_property(ctx) -> None:
 @check(FN, "prompts and outputs of different lengths raise ValueError", points=1,
        paid_with="values match the reference")
 def bad_input(ctx) -> None:
-    response = ctx.outcome(FN, {"prompt_strs": ["a", "b"], "output_strs": ["c"], "tokenizer": TOKENIZER})
+    response = ctx.outcome(FN, {"prompt_strs": ["a", "b"], "output_strs": ["c"],
+                                "tokenizer": TOKENIZER})
     if response.get("status") == "ok" or not response.get("is_value_error"):
         raise Fail("2 prompts with 1 output should raise ValueError naming the arguments, got "
-                   + ("a result" if response.get("status") == "ok" else str(response.get("error_type"))))
+                   + ("a result" if response.get("status") == "ok"
+                      else str(response.get("error_type"))))

@@ -51,7 +51,8 @@ def _rollouts(seed: int) -> dict:
             filler = "".join(r.choice("0123456789 +") for _ in range(r.randint(0, 8)))
             right = (member == 0) != (group == 1)
             answer = truth if right and group != 2 else str(a + b + 1 + member)
-            responses.append(f"<think>{filler}</think><answer>{answer}</answer>" if group != 3 or member
+            responses.append(f"<think>{filler}</think><answer>{answer}</answer>" if group != 3
+                             or member
                              else filler + answer)
             prompts.append(f"{a}+{b}=")
             truths.append(truth)
@@ -60,12 +61,14 @@ def _rollouts(seed: int) -> dict:
     # the grpo-clip mode's old log-probs: near the uniform policy, so some ratios leave [1−ε, 1+ε]
     labels = _tokenized(rollouts)["labels"]
     g = torch.Generator().manual_seed(seed + 7919)
-    old = -math.log(len(build_tokenizer())) + 0.15 * torch.randn(labels.shape, generator=g, dtype=torch.float64)
+    old = -math.log(len(build_tokenizer())) + 0.15 * torch.randn(labels.shape, generator=g,
+                                                                 dtype=torch.float64)
     return {**rollouts, "old_log_probs": old}
 
 
 def _tokenized(inputs: dict) -> dict:
-    return reference_function("tokenize_prompt_and_output")(inputs["repeated_prompts"], inputs["rollout_responses"],
+    return reference_function("tokenize_prompt_and_output")(inputs["repeated_prompts"],
+                                                            inputs["rollout_responses"],
                                                     build_tokenizer())
 
 
@@ -87,7 +90,8 @@ def reference_step(kwargs: dict) -> dict:
     model = resolve(MODEL)
     before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    loss, metadata = reference_function(FN)(model=model, optimizer=optimizer, tokenizer=resolve(TOKENIZER),
+    loss, metadata = reference_function(FN)(model=model, optimizer=optimizer,
+                                            tokenizer=resolve(TOKENIZER),
                                    reward_fn=reward_fn, **resolve(kwargs))
     after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     plain = {k: float(v) for k, v in metadata.items() if isinstance(v, (int, float, torch.Tensor))}
@@ -120,20 +124,25 @@ def make_rollouts(seed: int) -> dict:
 def row_gradients(kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, P) gradients of each row's masked loss sum, (B,) token counts, (B,) advantages."""
     model = resolve(MODEL)
-    rewards, _ = reference_function("compute_rollout_rewards")(reward_fn, kwargs["rollout_responses"],
+    rewards, _ = reference_function("compute_rollout_rewards")(reward_fn,
+                                                               kwargs["rollout_responses"],
                                                       kwargs["repeated_ground_truths"])
-    advantages, _ = reference_function("compute_group_normalized_rewards")(rewards, kwargs["group_size"])
+    advantages, _ = reference_function("compute_group_normalized_rewards")(rewards,
+                                                                           kwargs["group_size"])
     batch = _tokenized(kwargs)
     rows = []
     for i in range(len(advantages)):
         model.zero_grad(set_to_none=False)
-        scored = reference_function("get_response_log_probs")(model, batch["input_ids"][i:i + 1], batch["labels"][i:i + 1])
+        scored = reference_function("get_response_log_probs")(model, batch["input_ids"][i:i + 1],
+                                                              batch["labels"][i:i + 1])
         old = kwargs.get("old_log_probs")
         loss, _ = reference_function("compute_policy_gradient_loss")(
             advantages[i:i + 1], scored["log_probs"], kwargs.get("pg_method", "none"),
-            old[i:i + 1] if old is not None else None, kwargs.get("cliprange"), batch["response_mask"][i:i + 1])
+            old[i:i + 1] if old is not None else None, kwargs.get("cliprange"),
+            batch["response_mask"][i:i + 1])
         (loss * batch["response_mask"][i:i + 1]).sum().backward()
-        rows.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).clone()
+        rows.append(torch.cat([(p.grad if p.grad is not None
+                                else torch.zeros_like(p)).reshape(-1).clone()
                                for p in model.parameters()]))
     return torch.stack(rows), batch["response_mask"].sum(1).double(), advantages.double()
 
@@ -153,7 +162,8 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.
     def rows():
         if not cache:
             if stored is not None and kwargs.get("pg_method", "none") == "none":
-                cache.update(g=stored["gradients"].double(), n=stored["tokens"], a=stored["advantages"])
+                cache.update(g=stored["gradients"].double(), n=stored["tokens"],
+                             a=stored["advantages"])
             else:
                 cache["g"], cache["n"], cache["a"] = row_gradients(kwargs)
         return cache["g"], cache["n"], cache["a"]
@@ -172,18 +182,23 @@ def normalization_mistakes(kwargs: dict, steps: int, mode: str, expected: torch.
 
     mistakes = [
         Mistake("per-micro-batch token normalization, the legacy per-micro-batch token mean (each "
-                "micro-batch divided by its own token count, then by the number of accumulation steps; "
+                "micro-batch divided by its own token count, then by the number of accumulation "
+                "steps; "
                 "verl's legacy dp_actor, #7321)",
-                "divide every micro-batch's masked loss sum by N, the response-token count of the whole "
+                "divide every micro-batch's masked loss sum by N, the response-token count of the "
+                "whole "
                 "optimizer step, counted before the loop", lambda: local_token(True)),
         Mistake("per-micro-batch token normalization without the division by accumulation steps",
-                "divide every micro-batch's masked loss sum by N, the token count of the whole step",
+                "divide every micro-batch's masked loss sum by N, the token count of the whole "
+                "step",
                 lambda: local_token(False)),
         Mistake("dividing by the number of accumulation steps twice (ms-swift #10117)",
-                "the step-level normalization already accounts for the micro-batches: do not also divide "
+                "the step-level normalization already accounts for the micro-batches: do not also "
+                "divide "
                 "by gradient_accumulation_steps", lambda: expected / steps),
         Mistake("a normalization that counts only rows with non-zero advantage",
-                "count every row (and every token) of the step, also the zero-advantage ones you skip",
+                "count every row (and every token) of the step, also the zero-advantage ones you "
+                "skip",
                 active_only),
     ]
     if mode == "sequence":
@@ -203,7 +218,8 @@ def _delta(run: dict, what: str) -> torch.Tensor:
 def _compare_update(got: torch.Tensor, expected: torch.Tensor, what: str, mistakes) -> None:
     scale = float(expected.abs().max())
     if float(got.abs().max()) == 0 and scale > 0:
-        raise Fail(f"{what}: the parameters did not change (was optimizer.step() called, after backward?)")
+        raise Fail(f"{what}: the parameters did not change (was optimizer.step() called, after "
+                   "backward?)")
     # Olmo2's RMSNorm computes in float32 even in a float64 model: updates agree to ~1e-7, not 1e-15
     compare(got, expected, what, mistakes, UPDATE, scale=scale)
 
@@ -223,12 +239,14 @@ def full_batch(ctx) -> None:
 
 @check(FN, "update independent of micro-batching", points=3)
 def micro_batching(ctx) -> None:
-    """The regression for the gradient-accumulation normalization bug: each micro-batch divided by its own token
-    count and then by the number of steps, so the update changes with gradient_accumulation_steps."""
+    """The regression for the gradient-accumulation normalization bug: each micro-batch divided by
+    its own token count and then by the number of steps, so the update changes with
+    gradient_accumulation_steps."""
     plan = [(mode, steps) for mode in LOSS_NORMALIZATIONS for steps in (1, 2, 4, 8)]
 
     def judge(run):
-        runs = ctx.train_steps([mode_kwargs(run.inputs, mode, steps) for mode, steps in plan], MODEL)
+        runs = ctx.train_steps([mode_kwargs(run.inputs, mode, steps) for mode, steps in plan],
+                               MODEL)
         for (mode, steps), result in zip(plan, runs):
             what = f"{mode} mode, gradient_accumulation_steps={steps}"
             _compare_update(_delta(result, what), run.expected[mode]["delta"],
@@ -252,29 +270,40 @@ def _shards(inputs: dict, mode: str, max_grad_norm=None) -> list:
     full = mode_kwargs(inputs, mode, 2, max_grad_norm)
     half = len(full["rollout_responses"]) // RANKS
     return [{**full, **{key: full[key][rank * half:(rank + 1) * half]
-                        for key in ("repeated_prompts", "rollout_responses", "repeated_ground_truths")}}
+                        for key in ("repeated_prompts", "rollout_responses",
+                                    "repeated_ground_truths")}}
             for rank in range(RANKS)]
 
 
 def _judge_data_parallel(ctx, run) -> None:
     for mode in ("token", "sequence"):
-        results = ctx.train_steps(_shards(run.inputs, mode), MODEL, ddp=True, timeout=ctx.grader.probe_timeout)
+        results = ctx.train_steps(_shards(run.inputs, mode), MODEL, ddp=True,
+                                  timeout=ctx.grader.probe_timeout)
         expected = run.expected[mode]["delta"]
-        # DDP averages the ranks' gradients: a loss without the factor RANKS gives 1/RANKS of the update
-        mistakes = [Mistake("the world-size factor dropped (dp_size, Arctic-Platform #119): the loss not "
-                            "multiplied by the world size, so DDP's mean over ranks leaves 1/world size of the "
-                            "update", "multiply each rank's loss, divided by the step's counts summed over "
+        # DDP averages the ranks' gradients: a loss without the factor RANKS gives 1/RANKS of the
+        # update
+        mistakes = [Mistake("the world-size factor dropped (dp_size, Arctic-Platform #119): the "
+                            "loss not "
+                            "multiplied by the world size, so DDP's mean over ranks leaves 1/world "
+                            "size of the "
+                            "update", "multiply each rank's loss, divided by the step's counts "
+                                      "summed over "
                             "ranks, by the world size, since DDP averages gradients",
                             lambda expected=expected: expected / RANKS)]
         if mode == "token":
             mistakes.append(Mistake(
-                "token counts not summed over ranks", "all-reduce (SUM) the response-token count before "
+                "token counts not summed over ranks", "all-reduce (SUM) the response-token count "
+                                                      "before "
                 "normalizing", lambda: _per_rank_token_update(run.inputs)))
-        else:  # verl's seq-mean denominator B·dp_size where B/dp_size was meant: 1/RANKS² of the update
+        # verl's seq-mean denominator B·dp_size where B/dp_size was meant: 1/RANKS² of the update
+        else:
             mistakes.append(Mistake(
-                "the data-parallel compensation in the wrong direction: the sequence-mean loss divided by "
-                "the world size where it should be multiplied, so the update is world size² too small "
-                "(verl #5798)", "divide by B, the sequences summed over ranks, then multiply by the world "
+                "the data-parallel compensation in the wrong direction: the sequence-mean loss "
+                "divided by "
+                "the world size where it should be multiplied, so the update is world size² too "
+                "small "
+                "(verl #5798)", "divide by B, the sequences summed over ranks, then multiply by "
+                                "the world "
                 "size", lambda expected=expected: expected / RANKS ** 2))
         for rank, result in enumerate(results):
             _compare_update(_delta(result, f"{mode} mode on rank {rank}"), expected,
@@ -283,28 +312,37 @@ def _judge_data_parallel(ctx, run) -> None:
 
 
 def _judge_clipped_data_parallel(ctx, run) -> None:
-    """DDP under global-norm clipping, at the clipping check's bound, 1/CLIP of the gradient norm: below
-    1/RANKS of it too (CLIP > RANKS), so a gradient without the world-size factor is clipped to the same update and
-    clipping hides the dropped dp_size there (Arctic-Platform #119); the norm before clipping does not."""
+    """DDP under global-norm clipping, at the clipping check's bound, 1/CLIP of the gradient norm:
+    below 1/RANKS of it too (CLIP > RANKS), so a gradient without the world-size factor is clipped
+    to the same update and clipping hides the dropped dp_size there (Arctic-Platform #119); the norm
+    before clipping does not."""
     clipped = run.expected["clipped"]
     unclipped = run.expected["sequence"]["delta"]  # lr = 1: minus the step's gradient
-    results = ctx.train_steps(_shards(run.inputs, "sequence", clipped["max_grad_norm"]), MODEL, ddp=True,
+    results = ctx.train_steps(_shards(run.inputs, "sequence", clipped["max_grad_norm"]), MODEL,
+                              ddp=True,
                               timeout=ctx.grader.probe_timeout)
     norm = clipped["metadata"]["gradient_norm"]
     for rank, result in enumerate(results):
         got = _delta(result, f"sequence mode with max_grad_norm on rank {rank}")
-        _compare_update(got, clipped["delta"], f"the clipped sequence-mode update on rank {rank} of {RANKS}", [
+        _compare_update(got, clipped["delta"], f"the clipped sequence-mode update on rank {rank} "
+                                               f"of {RANKS}", [
             Mistake("the world size put back on the gradients after clipping: the loss without it, "
-                    "clip_grad_norm_ bounded 1/world size of the step's gradient, so the clipped update is "
+                    "clip_grad_norm_ bounded 1/world size of the step's gradient, so the clipped "
+                    "update is "
                     "world size times too large (the dp_size dropped under global-norm clipping, "
-                    "Arctic-Platform #119)", "multiply the loss by the world size before backward, so "
+                    "Arctic-Platform #119)", "multiply the loss by the world size before backward, "
+                                             "so "
                     "clip_grad_norm_ sees the step's gradient",
                     lambda: RANKS * _clip(unclipped / RANKS, clipped["max_grad_norm"]))])
-        compare_scalar(field(item(result.get("output"), 1, 2, "the result"), "gradient_norm", "the metadata"),
+        compare_scalar(field(item(result.get("output"), 1, 2, "the result"), "gradient_norm",
+                             "the metadata"),
                        norm, f"metadata['gradient_norm'] on rank {rank} (before clipping)", [
-                           Mistake("a gradient norm of 1/world size of the step's: the dp_size dropped from "
-                                   "the loss, which clipping hid in the update (Arctic-Platform #119)",
-                                   "multiply the loss by the world size before backward and report the norm "
+                           Mistake("a gradient norm of 1/world size of the step's: the dp_size "
+                                   "dropped from "
+                                   "the loss, which clipping hid in the update (Arctic-Platform "
+                                   "#119)",
+                                   "multiply the loss by the world size before backward and report "
+                                   "the norm "
                                    "clip_grad_norm_ returns", lambda: torch.tensor(norm / RANKS))],
                        tolerance=METADATA)
 
@@ -331,9 +369,11 @@ def metadata(ctx) -> None:
         meta = item(output, 1, 2, f"the result of {FN}")
         compare_scalar(item(output, 0, 2, "the result"), expected["loss"], "the returned loss",
                        tolerance=METADATA)
-        for key in ("loss", "gradient_norm", "reward_mean", "format_reward_mean", "answer_reward_mean",
+        for key in ("loss", "gradient_norm", "reward_mean", "format_reward_mean",
+                    "answer_reward_mean",
                     "advantage_mean", "response_token_count"):
-            compare_scalar(field(meta, key, "the metadata"), expected["metadata"][key], f"metadata[{key!r}]",
+            compare_scalar(field(meta, key, "the metadata"), expected["metadata"][key],
+                           f"metadata[{key!r}]",
                            tolerance=METADATA)
     judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
@@ -345,37 +385,46 @@ def clipping(ctx) -> None:
         norm = float(run.expected["sequence"]["delta"].norm())  # lr = 1: the gradient norm
         kwargs = mode_kwargs(run.inputs, "sequence", 2, max_grad_norm=expected["max_grad_norm"])
         result = ctx.train_steps([kwargs], MODEL)[0]
-        _compare_update(_delta(result, "with max_grad_norm"), expected["delta"], "the clipped update", [
-            Mistake("clipping not applied", "call torch.nn.utils.clip_grad_norm_(model.parameters(), "
+        _compare_update(_delta(result, "with max_grad_norm"), expected["delta"], "the clipped "
+                                                                                 "update", [
+            Mistake("clipping not applied",
+                    "call torch.nn.utils.clip_grad_norm_(model.parameters(), "
                     "max_grad_norm) after the last backward and before optimizer.step()",
                     lambda: run.expected["sequence"]["delta"])])
         meta = item(result.get("output"), 1, 2, "the result")
-        compare_scalar(field(meta, "gradient_norm", "the metadata"), expected["metadata"]["gradient_norm"],
+        compare_scalar(field(meta, "gradient_norm", "the metadata"),
+                       expected["metadata"]["gradient_norm"],
                        "metadata['gradient_norm'] (before clipping)",
-                       [Mistake("the norm after clipping", "report the norm clip_grad_norm_ returns (before "
-                                "clipping)", lambda: torch.tensor(norm / CLIP, dtype=torch.float64))],
+                       [Mistake("the norm after clipping", "report the norm clip_grad_norm_ "
+                                                           "returns (before "
+                                "clipping)", lambda: torch.tensor(norm / CLIP,
+                                                                  dtype=torch.float64))],
                        tolerance=METADATA)
     judge_cases(ctx, f"{FN}/rollouts", judge, stored=1)
 
 
-@check(FN, "a non-finite loss raises RuntimeError before the optimizer step", points=1, paid_with=FULL_BATCH)
+@check(FN, "a non-finite loss raises RuntimeError before the optimizer step", points=1,
+       paid_with=FULL_BATCH)
 def non_finite(ctx) -> None:
     stored = ctx.cases(f"{FN}/rollouts")[0]
     kwargs = mode_kwargs(stored.inputs, "grpo")
     mask = stored.expected["response_mask"]
     old = kwargs["old_log_probs"].clone()
-    old[0, int(mask[0].nonzero()[0])] = -1e4  # ratio exp(1e4) = inf on a response token of a graded row
+    # ratio exp(1e4) = inf on a response token of a graded row
+    old[0, int(mask[0].nonzero()[0])] = -1e4
     kwargs.update(old_log_probs=old, pg_method="noclip", cliprange=None)
     result = ctx.train_steps([kwargs], MODEL)[0]
     if result.get("status") == "ok":
-        raise Fail("an infinite importance ratio gave no error: check the loss (or the gradient norm) is "
+        raise Fail("an infinite importance ratio gave no error: check the loss (or the gradient "
+                   "norm) is "
                    "finite and raise RuntimeError before optimizer.step()")
     if not result.get("is_runtime_error"):
         raise Fail(f"a non-finite loss should raise RuntimeError, got {result.get('error_type')}: "
                    f"{result.get('message')}")
     delta = result.get("delta")
     if type(delta) is torch.Tensor and bool((delta != 0).any()):
-        raise Fail("RuntimeError was raised, but only after the parameters changed: check before optimizer.step()")
+        raise Fail("RuntimeError was raised, but only after the parameters changed: check before "
+                   "optimizer.step()")
 
 
 @check(FN, "leaves no gradients behind after the step", points=1, paid_with=FULL_BATCH)
@@ -384,5 +433,6 @@ def zeroed(ctx) -> None:
     result = ctx.train_steps([mode_kwargs(stored.inputs, "sequence", 2)], MODEL)[0]
     _delta(result, "sequence mode")
     if result.get("grads_left"):
-        raise Fail("parameters still hold gradients after the step: call optimizer.zero_grad() after "
+        raise Fail("parameters still hold gradients after the step: call optimizer.zero_grad() "
+                   "after "
                    "optimizer.step(), or the next step accumulates onto them")
