@@ -5,6 +5,8 @@
       submissions/         the notebook reader and the learner's own stages: the top only
       loop/                the trainer, models, tasks, rollouts: the top and submissions/
       lab/                 notebook 08's experiments: nothing else imports the lab
+      baselines/           SFT and expert iteration beside GRPO: the top and the loop only;
+                           nothing else imports the baselines
     autograder/            grades: imports course/, never instructor/
       trusted/             never imports untrusted/ (it never runs student code); nor the reverse:
       untrusted/           protocol/ is the only vocabulary the two sides share
@@ -79,7 +81,8 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab")
+COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab",
+                   "course.baselines")
 
 
 def _top(module: str) -> bool:
@@ -98,6 +101,11 @@ RULES = {
     "submissions never import the loop or the lab": lambda a, b: _inside(a, "course.submissions") and (
         _inside(b, "course.loop") or _inside(b, "course.lab")),
     "nothing imports the lab but the lab": lambda a, b: _inside(b, "course.lab") and not _inside(a, "course.lab"),
+    "the baselines import the top and the loop only": lambda a, b: (
+        _inside(a, "course.baselines")
+        and (_inside(b, "course.submissions") or _inside(b, "course.lab"))),
+    "nothing imports the baselines but the baselines": lambda a, b: (
+        _inside(b, "course.baselines") and not _inside(a, "course.baselines")),
 }
 
 
@@ -154,9 +162,21 @@ def test_the_layout_test_sees_each_kind_of_violation():
     assert _entry_point(tree.body[0])
     planted_rules = {("course.train_step", "course.loop.models"): "course's top never imports a sub-package",
                      ("course.submissions.reader", "course.loop.rollout"): "submissions never import the loop or the lab",
-                     ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab"}
+                     ("course.loop.train", "course.lab.compare"):
+                         "nothing imports the lab but the lab",
+                     ("course.baselines.run", "course.lab.failure_runs"):
+                         "the baselines import the top and the loop only",
+                     ("course.baselines.sft", "course.submissions.reader"):
+                         "the baselines import the top and the loop only",
+                     ("course.lab.compare", "course.baselines.run"):
+                         "nothing imports the baselines but the baselines",
+                     ("course.aggregation", "course.baselines.sft"):
+                         "course's top never imports a sub-package"}
     for (a, b), rule in planted_rules.items():
         assert RULES[rule](a, b), rule
     assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")
     assert "course.loop.train" in EDGES["course.train"]  # the command's door into the loop
     assert "course.train" not in EDGES["course.loop.train"]  # one way: the loop knows no command
+    assert not RULES["the baselines import the top and the loop only"]("course.baselines.run",
+                                                                        "course.loop.train")
+    assert "course.loop.train" in EDGES["course.baselines.run"]  # the baselines are the loop's client
