@@ -1,13 +1,13 @@
 """Seven policy-gradient losses on one budget: held-out accuracy against steps, over seeds.
 
-    python benchmarks/bench_loss_curves.py              # 7 losses x seeds 0 1 2, two at a time
+    python benchmarks/bench_loss_curves.py --jobs 3     # 7 losses x seeds 0 1 2, three at a time
     python benchmarks/bench_loss_curves.py --from-json  # the recorded runs' table and figure
     python benchmarks/bench_loss_curves.py --steps 2 --seeds 0 --out /tmp/l --json /tmp/l.json
 
 Each (loss, seed) is one `course.lab.compare.run_variants` run (so one `course.train` run) of the
 failure lab's healthy configuration (`course.lab.failure_runs.HEALTHY`: 8 x 8 rollouts per step,
 lr 1e-4, one torch thread, 100 held-out problems, one sample each) with `UPDATES` = 4 optimizer
-steps per rollout batch for `STEPS` = 16 batches, evaluated every 4. Why 4: with one update the
+steps per rollout batch for `STEPS` = 12 batches, evaluated every 4. Why 4: with one update the
 importance ratio is 1 and every clip is idle (`course.lab.compare`); with four, three updates of
 each batch are off the sampler, so the clips, gates and trust regions the losses differ by act.
 The losses (`python -m course.train --pg-method`): grpo (PPO clip, arXiv 2402.03300), dapo (with
@@ -43,7 +43,7 @@ from course.lab.failure_runs import HEALTHY
 from course.loop.train_config import TrainConfig
 from course.paths import CHECKPOINTS
 
-STEPS, UPDATES, EVAL_EVERY = 16, 4, 4
+STEPS, UPDATES, EVAL_EVERY = 12, 4, 4
 # loss: what its run sets beside --pg-method (DAPO is its clip-higher and its token mean)
 VARIANTS = {"grpo": {}, "dapo": {"clip_higher": 0.28, "normalization": "token"}, "gspo": {},
             "cispo": {}, "sapo": {}, "gmpo": {}, "dppo": {}}
