@@ -128,8 +128,8 @@ def graded_notebooks() -> list[str]:
 # --- static: the metadata nbgrader and the autograder rely on ------------------------------------
 
 def test_there_are_eight_stages_and_the_optional_notebooks_released():
-    optional = ["09_real_model.ipynb", "10_frontier_losses.ipynb"]
-    assert len(SOLUTION_NAMES) == 10 and SOLUTION_NAMES[-2:] == optional, SOLUTION_NAMES
+    optional = ["09_real_model.ipynb", "10_frontier_losses.ipynb", "baselines_and_variants.ipynb"]
+    assert len(SOLUTION_NAMES) == 11 and SOLUTION_NAMES[-3:] == optional, SOLUTION_NAMES
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
 
 
