@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 from course.paths import EDITION_MARKER, ROOT, SOLUTIONS
-from course.registry import REGISTRY, STAGE_NAMED, Stage
+from course.registry import REGISTRY, STAGE_NAMED, WRITTEN, Stage
 from instructor.manifest import write_notebooks
 
 ELSEWHERE = "another --student-edition DIR"
@@ -175,7 +175,29 @@ testpaths = ["autograder"]
 '''
 
 
-def readme(revealed: tuple[str, ...]) -> str:
+def later_notebooks(solutions: Path = SOLUTIONS) -> str:
+    """The table rows of the notebooks after the graded stages, from the files in `solutions`:
+    each one's title (its first heading) and what is graded in it (its `WRITTEN` cells)."""
+    staged = {stage.notebook for stage in REGISTRY}
+    rows = []
+    for path in sorted(solutions.glob("*.ipynb")):
+        if path.name in staged:
+            continue
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        title = "".join(cells[0]["source"]).splitlines()[0].lstrip("# ").split(" — ", 1)[-1]
+        optional = " (optional)" if "(optional)" in "".join(cells[0]["source"]) else ""
+        points = [WRITTEN[grade_id] for cell in cells
+                  if (grade_id := cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
+                  in WRITTEN]
+        each = (f"of {points[0]} points each" if len(set(points)) == 1
+                else f"worth {sum(points)} points")
+        graded = (f"{len(points)} written answers {each}, graded by your instructor (not by "
+                  "`pytest autograder`)" if points else "nothing")
+        rows.append(f"| `notebooks/{path.name}` | {title}{optional} | {graded} |")
+    return "\n".join(rows)
+
+
+def readme(revealed: tuple[str, ...], solutions: Path = SOLUTIONS) -> str:
     rows = "\n".join(f"| {n} | `notebooks/{s.notebook}` | {s.title} | "
                      f"{'revealed' if s.key in revealed else 'write it yourself'} |"
                      for n, s in enumerate(REGISTRY, start=1))
@@ -208,9 +230,15 @@ notebooks, and prints which.
 |---|---|---|---|
 {rows}
 
-Then `notebooks/08_end_to_end.ipynb` trains the whole pipeline with your own stages (nothing in
-it is graded) and compares your run with the reference's, recorded for this edition.
-`python -m course.train --out runs/mine` trains with the notebooks in `notebooks/` the same way.
+Then the notebooks after the stages, in order:
+
+| notebook | what | graded |
+|---|---|---|
+{later_notebooks(solutions)}
+
+The first of them trains the whole pipeline with your own stages and compares your run with the
+reference's, recorded for this edition. `python -m course.train --out runs/mine` trains with the
+notebooks in `notebooks/` the same way.
 
 ## Check your work
 
@@ -269,7 +297,7 @@ def build_edition(folder: Path, revealed: tuple[str, ...], force: bool = False,
         for page in EDITION_PAGES:
             (staged / page).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ROOT / page, staged / page)
-        (staged / "README.md").write_text(readme(revealed), encoding="utf-8")
+        (staged / "README.md").write_text(readme(revealed, solutions), encoding="utf-8")
         (staged / "pyproject.toml").write_text(pyproject(revealed), encoding="utf-8")
         unrevealed = [s.key for s in REGISTRY if s.key not in revealed]
         (staged / EDITION_MARKER).write_text(json.dumps(

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from skip_notes import tier2_note
+from skip_notes import container_note, tier2_note
 
 from course.loop.models import build_tiny_model_and_tokenizer, build_tokenizer
 
@@ -75,9 +75,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    skipped = terminalreporter.stats.get("skipped", [])
-    reasons = [str(report.longrepr[2]) for report in skipped if isinstance(report.longrepr, tuple)]
-    if lines := tier2_note(reasons):
-        terminalreporter.section("tier 2 of the sandbox")
-        for line in lines:
-            terminalreporter.write_line(line)
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if isinstance(report.longrepr, tuple)]
+    reasons = [str(report.longrepr[2]) for report in skipped]
+    in_container = [str(report.longrepr[2]) for report in skipped
+                    if report.nodeid.startswith("tests/test_container.py")]
+    for title, lines in (("tier 2 of the sandbox", tier2_note(reasons)),
+                         ("the Docker container", container_note(in_container))):
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)

@@ -16,3 +16,14 @@ def tier2_note(skip_reasons: list[str]) -> list[str]:
                      "/root: /usr/bin/python3 -m venv .venv (as .ci/run does), then install again")
     return lines
 
+
+
+def container_note(skip_reasons: list[str]) -> list[str]:
+    """Lines for the end of a test run: how many of tests/test_container.py's gradings in a Docker
+    container were skipped, and why (the first reason each fixture gave); none when none was."""
+    reasons = [r.removeprefix("Skipped: ") for r in skip_reasons]
+    if not reasons:
+        return []
+    why = max(set(reasons), key=reasons.count)
+    return [f"{len(reasons)} tests of grading in a Docker container (tests/test_container.py) were "
+            f"skipped: {why}"]

@@ -6,7 +6,8 @@ The images (a debootstrapped Debian, and on it both bundles: the students' and t
 of `--allow-reference`) are tests/container_images.py's, made once per machine and reused. A
 `dockerd` that is not running is started for the run and stopped after it. Each case is a fresh
 container, as on Gradescope, and the four run at once. Marked `container` (deselect with
-`-m "not container"`); CI runs it. Each step's time is printed (`-s` shows it).
+`-m "not container"`); CI runs it. Each step's time is printed (`-s` shows it). Where they skip, the
+end of the run says why (`tests/skip_notes.py`), as it does for tier 2.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,8 +26,6 @@ import pytest
 from autograder.trusted import checks  # noqa: F401  (registers the checks)
 from course.registry import POINTS
 from instructor.rehearsal import NoCpuTorch, run_submission, table
-
-pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMITS = {"memory": "768m", "cpus": "0.5"}  # Gradescope's defaults
@@ -134,22 +134,30 @@ def _graded(outcome: dict) -> dict:
     return results
 
 
+@pytest.mark.container
+@pytest.mark.slow
 def test_a_correct_independent_implementation_gets_full_marks(outcomes):
     results = _graded(outcomes["independent"])
     assert results["score"] == results["graded_points"], results["tests"]
 
 
+@pytest.mark.container
+@pytest.mark.slow
 def test_the_solutions_get_full_marks_with_the_check_bundle(outcomes):
     results = _graded(outcomes["solutions"])
     assert results["score"] == results["graded_points"], results["tests"]
     assert results["output"].startswith("NOT A STUDENT'S GRADE")
 
 
+@pytest.mark.container
+@pytest.mark.slow
 def test_blank_notebooks_get_zero(outcomes):
     results = _graded(outcomes["blank"])
     assert results["score"] == 0
 
 
+@pytest.mark.container
+@pytest.mark.slow
 def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(outcomes):
     """compute_entropy hoards memory until something kills it. Either the grading completes, the
     rest at full marks and every lost point of compute_entropy saying memory, or there is no
@@ -164,3 +172,16 @@ def test_a_memory_hog_in_one_function_is_never_a_silent_partial_grade(outcomes):
     assert lost and all(t["name"].startswith("compute_entropy") for t in lost), lost
     assert all("memory" in t["output"] for t in lost if t["score"] == 0), [t["output"] for t in lost]
     assert results["score"] == results["graded_points"] - POINTS["compute_entropy"]
+
+
+def test_a_run_without_docker_says_at_its_end_why_the_container_tests_skipped(tmp_path):
+    """No docker on PATH: the container tests skip, and the run's summary says so and why without
+    -rs (the note `tests/skip_notes.py` writes), not only "4 skipped"."""
+    run = subprocess.run([sys.executable, "-m", "pytest", str(Path(__file__)), "-q",
+                          "-p", "no:cacheprovider", "-m", "container"], cwd=ROOT,
+                         env={**os.environ, "PATH": str(tmp_path)}, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert "4 skipped" in run.stdout, run.stdout[-2000:]
+    assert ("4 tests of grading in a Docker container (tests/test_container.py) were skipped: "
+            "docker is not installed") in run.stdout, run.stdout[-2000:]

@@ -208,7 +208,7 @@ def test_copies_in_the_files_a_submission_imports_are_found(tmp_path, monkeypatc
 
 
 def test_a_notebook_that_provides_no_graded_function_is_not_read_for_the_grade(tmp_path):
-    """Notebook 09 checks what is installed with importlib: it, like any notebook that defines no
+    """Notebook 10 checks what is installed with importlib: it, like any notebook that defines no
     graded function, is not loaded; and the same import beside a graded function costs nothing
     either (the grader judges what graded functions run, not a module's imports)."""
     import nbformat

@@ -12,6 +12,8 @@ from dataclasses import asdict, replace
 
 import pytest
 
+from course.cli import INTERRUPTED
+from course.lab import compare, experiments
 from course.lab.experiments import (
     EXPERIMENTS,
     experiment_table,
@@ -62,7 +64,9 @@ def test_the_table_and_the_figure_show_every_arm_seed_and_metric(name):
 
 @pytest.mark.parametrize("arguments, named", [
     (("nope",), "name"), (("std", None, (0,), 0), "steps"), (("std", None, (0,), 2.5), "steps"),
-    (("std", None, (), 1), "seeds"), (("std", None, (True,), 1), "seeds")])
+    (("std", None, (), 1), "seeds"), (("std", None, (True,), 1), "seeds"),
+    (("std", None, (0, 0), 1), "seeds must differ: 0 given twice"),
+    (("std", None, (-1,), 1), "seeds must be in")])
 def test_bad_arguments_are_refused_by_name(arguments, named):
     with pytest.raises(ValueError, match=named):
         run_experiment(*arguments)
@@ -96,3 +100,60 @@ def test_the_command_refuses_an_unknown_experiment_in_one_line():
                          capture_output=True, text=True)
     assert run.returncode == 2 and "NAME" in run.stderr and "group_size" in run.stderr
     assert "Traceback" not in run.stderr and len(run.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--seeds", "0", "0"], "argument --seeds: 0 given twice"),
+    (["std", "--seeds", "1", "0", "1"], "argument --seeds: 1 given twice"),
+    (["--seeds", "-1"], "argument --seeds: must be >= 0, got -1"),
+    (["std", "std"], "argument NAME: std given twice")])
+def test_the_command_refuses_repeated_and_negative_seeds_by_name_before_any_run(
+        argv, said, capsys, monkeypatch):
+    monkeypatch.setattr(experiments, "trained_records", lambda *a, **k: pytest.fail("it trained"))
+    with pytest.raises(SystemExit) as stopped:
+        experiments.main(argv)
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and said in error and len(error.splitlines()) == 1, error
+
+
+def test_a_ctrl_c_amid_a_run_stops_at_once_says_so_and_reports_nothing_as_whole(
+        capsys, monkeypatch):
+    """`train` returns a cut-short run's summary (it catches the Ctrl-C itself): the command stops
+    there, exits 130 and prints no table, instead of training on and tabling the partial run."""
+    trained = []
+
+    def cut_short(*args, **kwargs):
+        trained.append(args[1])
+        records = [{key: 0.5 for key in KEPT} | {"step": 1}]
+        return records, {"interrupted": True, "steps_done": 1, "steps": 12, "wall_seconds": 1.0}
+
+    monkeypatch.setattr(experiments, "trained_records", cut_short)
+    assert experiments.main(["std", "group_size", "--seeds", "0", "1"]) == INTERRUPTED
+    said = capsys.readouterr()
+    assert len(trained) == 1 and "---" not in said.out, said.out
+    assert "interrupted (Ctrl-C) after 0 of 2 experiments" in said.err, said.err
+
+
+def test_a_ctrl_c_outside_a_run_exits_130_in_one_line(capsys):
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stopped:
+        compare.command(interrupted, "no table")
+    assert stopped.value.code == INTERRUPTED
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): no table\n"
+
+
+def test_a_flag_whose_extra_is_missing_is_refused_naming_the_flag_and_the_extra(
+        tmp_path, capsys, monkeypatch):
+    """`--lora-rank` without peft: a usage error before any run (not peft's ImportError, or a
+    ValueError from the first run's model), naming the flag and the `lora` extra; the module is
+    one that exists nowhere, so that the test holds where peft is installed."""
+    monkeypatch.setattr(compare, "EXTRAS", {"lora_rank": ("no_such_module_here", "lora")})
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as stopped:
+        compare.main(["--out", str(out), "--lora-rank", "2", "--steps", "1"])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(error.splitlines()) == 1, error
+    assert "argument --lora-rank: needs no_such_module_here" in error and "`lora` extra" in error
+    assert not out.exists()

@@ -1,4 +1,4 @@
-"""The recorded failure runs of notebook 08's lab (`course.lab.failure_runs`): what ships, the command's
+"""The recorded failure runs of notebook 09's lab (`course.lab.failure_runs`): what ships, the command's
 argument errors, and a real (tiny) recording."""
 
 import json
@@ -11,7 +11,7 @@ from naive import make_rollout_batch, reward_fn
 from course import grpo_train_step
 from course.lab.failure_runs import (
     CHOICES,
-    COMPARED_WITH,
+    CONTROLS,
     DISTRACTORS,
     HEALTHY,
     INJECTED,
@@ -28,6 +28,7 @@ from course.lab.failure_runs import (
     answer_or_none,
     bug_weights,
     check_guess,
+    control_of,
     lab_runs,
     label_verdict,
     load_failure_run,
@@ -36,6 +37,7 @@ from course.lab.failure_runs import (
     panel_verdict,
     per_micro_batch_train_step,
     rerun,
+    reveal,
     signature,
     signature_table,
     visible_panels,
@@ -56,10 +58,29 @@ def test_recordings_load_and_hold_what_the_panels_draw(name):
 
 
 def test_lab_runs_hide_the_names_in_lab_order():
+    """The mystery runs hold their letter, records and control's records, never the name: no field
+    and no repr names a run; `reveal` maps the letter to the recorded run, in LAB_ORDER."""
     runs = lab_runs()
     assert list(runs) == [f"Run {letter}" for letter in "ABCDE"][:len(LAB_ORDER)]
-    assert [run["name"] for run in runs.values()] == list(LAB_ORDER)
+    assert [reveal(run.letter)["name"] for run in runs.values()] == list(LAB_ORDER)
+    for run in runs.values():
+        shown = repr(run) + repr(vars(run).keys()) + repr(runs)
+        assert not [name for name in RUNS if name in shown], shown
+        name = reveal(run.letter)["name"]
+        assert run.records == load_failure_run(name)["records"]
+        assert run.control == load_failure_run(control_of(name))["records"]
     assert "healthy" not in LAB_ORDER and "token" not in LAB_ORDER and set(LAB_ORDER) < set(RUNS)
+    for letter in ("F", "", "AB", "a"):
+        with pytest.raises(ValueError, match=f"letter: expected one of A, B, C, D, E, got {letter!r}"):
+            reveal(letter)
+
+
+def test_each_run_is_drawn_beside_the_run_it_is_checked_against():
+    """Run E (the bug) beside `token`, the same run without it; the others beside the healthy run."""
+    assert {name: control_of(name) for name in LAB_ORDER} == {
+        "kl_strong": "healthy", "high_lr": "healthy", "no_baseline": "healthy",
+        "hackable_reward": "healthy", "per_micro_batch": "token"}
+    assert set(CONTROLS) <= set(LAB_ORDER) and set(CONTROLS.values()) <= set(RUNS)
 
 
 def test_the_failure_signatures_are_in_the_recordings():
@@ -229,10 +250,12 @@ def test_the_command_records_a_tiny_run(tmp_path, name):
 
 def test_the_choices_hold_every_run_and_distractors_that_none_is():
     """Eight labels for five runs: the last guess is not free. Sorted, so their order does not
-    give the lab's order away."""
+    give the lab's order away. No distractor is a run these panels cannot tell from the healthy
+    one (a clip range too tight, at one update per rollout, clips nothing: the healthy run)."""
     assert set(LABELS) == set(LAB_ORDER) and len(DISTRACTORS) >= 2
     assert set(CHOICES) == set(LABELS.values()) | set(DISTRACTORS) and len(CHOICES) == 8
     assert list(CHOICES) == sorted(CHOICES) and not set(DISTRACTORS) & set(LABELS.values())
+    assert not any("clip" in label for label in DISTRACTORS)
 
 
 def test_the_panels_are_the_figures_in_its_order():
@@ -248,7 +271,7 @@ def test_each_runs_signature_panels_show_it_in_the_recordings(name):
     """The answer key is the recordings': the panels whose signature numbers differ from the
     compared run's (the healthy one, or `token` for the bug) by more than VISIBLE, or none."""
     records = load_failure_run(name)["records"]
-    compared = load_failure_run(COMPARED_WITH.get(name, "healthy"))["records"]
+    compared = load_failure_run(control_of(name))["records"]
     assert SIGNATURE_PANELS[name] == (visible_panels(records, compared) or (NO_PANEL,))
 
 
@@ -260,9 +283,9 @@ def test_visible_panels_by_hand():
     assert visible_panels(louder, healthy, fraction=0.6) == ()  # 2x: half the larger
 
 
-@pytest.mark.parametrize("letter, run", lab_runs().items())
-def test_the_check_takes_the_right_label_and_panel_and_refuses_the_rest(letter, run):
-    name = run["name"]
+@pytest.mark.parametrize("letter", "ABCDE")
+def test_the_check_takes_the_right_label_and_panel_and_refuses_the_rest(letter):
+    name = LAB_ORDER["ABCDE".index(letter)]
     right_panel = SIGNATURE_PANELS[name][0]
     wrong_panel = next(p for p in (*PANELS, NO_PANEL) if p not in SIGNATURE_PANELS[name])
     assert label_verdict(name, LABELS[name], "g").startswith("right")
@@ -270,14 +293,13 @@ def test_the_check_takes_the_right_label_and_panel_and_refuses_the_rest(letter, 
         assert label_verdict(name, other, "g").startswith("wrong")
     assert panel_verdict(name, right_panel, "p").startswith("right")
     assert panel_verdict(name, wrong_panel, "p").startswith("wrong")
-    text = check_guess(letter[-1], run, LABELS[name], right_panel)
+    text = check_guess(letter, LABELS[name], right_panel)
     assert text.splitlines()[0].startswith("label: right") and "panel: right" in text
-    assert f"{letter} is {name}:" in text
+    assert f"Run {letter} is {name}:" in text and f"checked against {control_of(name)!r}" in text
 
 
 def test_an_unanswered_or_unknown_guess_says_how_to_answer():
-    run = lab_runs()["Run A"]
-    text = check_guess("A", run, None, None)
+    text = check_guess("A", None, None)
     assert "set guess_a to one of CHOICES" in text and "set panel_a to one of PANELS" in text
     assert "right" not in text and "wrong" not in text
     assert "is not one of CHOICES" in label_verdict("high_lr", "learning rate", "guess_b")
@@ -304,17 +326,17 @@ def test_rerun_refuses_an_unknown_option():
 
 @pytest.mark.slow
 def test_the_repaired_rerun_retraces_the_healthy_run():
-    """Notebook 08's repair: Run B's configuration with the healthy learning rate, for REPAIR_STEPS
+    """Notebook 09's repair: Run B's configuration with the healthy learning rate, for REPAIR_STEPS
     steps, seed 0, trains as the recorded healthy run did: the same reward and format rate at every
     step, rewards in the healthy run's band where Run B's are 0, and a held-out accuracy (100
     problems, after the last step) above Run B's 0."""
-    repaired = rerun("high_lr", lr=HEALTHY.lr)
+    repaired, summary = rerun("high_lr", lr=HEALTHY.lr)
     healthy = load_failure_run("healthy")["records"][:REPAIR_STEPS]
     broken = load_failure_run("high_lr")["records"][:REPAIR_STEPS]
     assert [r["step"] for r in repaired] == list(range(1, REPAIR_STEPS + 1))
     # the healthy run trained here, not the recording: sampled tokens may differ on another CPU or
     # torch, the same configuration on one machine may not
-    retrained = rerun("healthy")
+    retrained, _ = rerun("healthy")
     for key in ("reward_mean", "format_reward_mean", "groups_with_signal"):
         assert [r[key] for r in repaired] == [h[key] for h in retrained], key
     ours, theirs, run_b = (signature(records) for records in (repaired, healthy, broken))
@@ -322,3 +344,5 @@ def test_the_repaired_rerun_retraces_the_healthy_run():
         h["reward_mean"] for h in healthy)
     assert run_b["reward last 10"] < 0.05 < ours["reward last 10"]
     assert 0.1 < ours["held-out accuracy, end"] <= 0.41  # healthy: 0.29 at step 25, 0.41 at 50
+    assert summary["accuracy_after"] == ours["held-out accuracy, end"]
+    assert summary["accuracy_before"] == pytest.approx(0.21, abs=0.06)  # the warm start's

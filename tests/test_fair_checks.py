@@ -225,3 +225,114 @@ def test_a_graded_name_bound_in_a_locked_cell_is_not_the_students(tmp_path, lock
     assert set(submission.providers) == {"compute_entropy"} | (set() if locked else {"get_response_log_probs"})
     texts = [text for _, text in submission.units[0]["statements"]]
     assert any("import get_response_log_probs" in t for t in texts) and any("def helper" in t for t in texts)
+
+
+# ---- honest shapes the stage child's refusals must leave alone --------------------------------
+# one compute_entropy built of every shape an honest student may reach for: functools.partial, a
+# bound method and a callable object, numpy, torch.func.vmap, recursion, einops, `import gc`,
+# lru_cache on a helper, functools.wraps, a dataclass, inspect, logging and warnings, and a custom
+# torch.autograd.Function (the entropy of log_softmax: H = -sum_v p_v log p_v, p = softmax(z))
+SHAPES = '''
+import dataclasses
+import functools
+import gc
+import inspect
+import logging
+import warnings
+
+import einops
+import numpy as np
+import torch
+
+gc.collect()
+LOG = logging.getLogger("shapes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    dim: int = -1
+
+
+class _LogSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+        out = torch.log_softmax(z, dim=-1)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors  # d log_softmax: g - softmax * sum(g)
+        return grad - out.exp() * grad.sum(-1, keepdim=True)
+
+
+def _logged(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        LOG.warning("calling %s", function.__name__)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.warn("a warning finds its caller", stacklevel=2)
+        return function(*args, **kwargs)
+    return wrapper
+
+
+@functools.lru_cache(maxsize=None)
+def _axis() -> Axis:
+    return Axis()
+
+
+class _Entropy:
+    def __init__(self, axis):
+        self.axis = axis
+
+    def __call__(self, log_p):
+        p = log_p.exp()
+        return self.total(torch.where(p > 0, -p * log_p, torch.zeros_like(p)))
+
+    def total(self, x):
+        return x.sum(self.axis.dim)
+
+
+def _depth(n):
+    return 0 if n == 0 else 1 + _depth(n - 1)
+
+
+@_logged
+def compute_entropy(logits):
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have a non-empty vocabulary axis, got {tuple(logits.shape)}")
+    assert "logits" in inspect.signature(compute_entropy).parameters and _depth(3) == 3
+    dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else logits.dtype
+    flat = einops.rearrange(logits.to(dtype), "... v -> (...) v")
+    flat = flat - flat.amax(-1, keepdim=True).detach()
+    per_row = torch.func.vmap(_Entropy(_axis()).__call__)(_LogSoftmax.apply(flat))
+    assert np.all(np.isfinite(per_row.detach().cpu().numpy()) | np.isnan(per_row.detach().cpu().numpy()))
+    return functools.partial(torch.reshape, shape=logits.shape[:-1])(per_row)
+'''
+
+
+def test_honest_shapes_load_read_and_answer(tmp_path):
+    """In a stage child's loader (a process of its own, as test_provenance's `_load`): every
+    shape is read code, nothing is refused, and the answer is the entropy."""
+    from test_provenance import _load
+
+    loaded = _load(tmp_path, SHAPES)
+    assert loaded["statuses"] == {"compute_entropy": "ok"}, loaded
+    assert loaded["errors"] == [] and loaded["unread"] == {}, loaded
+    assert loaded["call"]["status"] == "ok" and loaded["tensor"], loaded["call"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["bubblewrap", "landlock"])
+def test_honest_shapes_earn_full_marks(tmp_path, isolation):
+    from autograder.api import grade
+    from autograder.trusted.isolation import sandbox_problem
+
+    if sandbox_problem(ROOT, isolation) is not None:
+        pytest.skip(f"no {isolation} here: {sandbox_problem(ROOT, isolation)}")
+    (tmp_path / "shapes.py").write_text(SHAPES)
+    graded = grade(str(tmp_path / "shapes.py"), ("compute_entropy",), official=True,
+                   isolation=isolation, probe_timeout=8.0)
+    failed = {n: r["output"][:300] for n, r in graded["results"].items() if r["status"] != "passed"}
+    assert graded["score"] == graded["max_score"] == 4, failed

@@ -4,7 +4,8 @@
       the top               the seven stages, the registry and what they need: never a sub-package
       submissions/         the notebook reader and the learner's own stages: the top only
       loop/                the trainer, models, tasks, rollouts: the top and submissions/
-      lab/                 notebook 08's experiments: nothing else imports the lab
+      lab/                 notebooks 08-09's experiments and lab: nothing else imports it
+      critic/              PPO with a critic, the loop's client: nothing else imports it
       baselines/           SFT and expert iteration beside GRPO: the top and the loop only;
                            nothing else imports the baselines
     autograder/            grades: imports course/, never instructor/
@@ -81,7 +82,7 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab",
+COURSE_PACKAGES = ("course.submissions", "course.loop", "course.lab", "course.critic",
                    "course.baselines")
 
 
@@ -101,6 +102,7 @@ RULES = {
     "submissions never import the loop or the lab": lambda a, b: _inside(a, "course.submissions") and (
         _inside(b, "course.loop") or _inside(b, "course.lab")),
     "nothing imports the lab but the lab": lambda a, b: _inside(b, "course.lab") and not _inside(a, "course.lab"),
+    "nothing imports the critic but the critic": lambda a, b: _inside(b, "course.critic") and not _inside(a, "course.critic"),
     "the baselines import the top and the loop only": lambda a, b: (
         _inside(a, "course.baselines")
         and (_inside(b, "course.submissions") or _inside(b, "course.lab"))),
@@ -171,7 +173,9 @@ def test_the_layout_test_sees_each_kind_of_violation():
                      ("course.lab.compare", "course.baselines.run"):
                          "nothing imports the baselines but the baselines",
                      ("course.aggregation", "course.baselines.sft"):
-                         "course's top never imports a sub-package"}
+                         "course's top never imports a sub-package",
+                     ("course.loop.train", "course.critic.gae"):
+                         "nothing imports the critic but the critic"}
     for (a, b), rule in planted_rules.items():
         assert RULES[rule](a, b), rule
     assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")

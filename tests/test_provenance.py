@@ -46,12 +46,12 @@ stage = STAGE_OF["compute_entropy"]
 config = {"submission": submission.to_request(), "device": "cpu", "stage": stage, "paths": [],
           "grading_reference": False, "course": course_sources(stage)}
 state, errors, unread, captured = worker.load(config)
-call = probes.handle(state, {"kind": "call", "function": "compute_entropy",
+call = probes.handle(state, {"kind": "call", "function": "compute_entropy", "count_given_head": True,
                              "kwargs": {"logits": torch.zeros(2, 3)}})
 report = vars(sys.modules["submission"]).get("REPORT")
 print(json.dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
                   "unread": unread, "errors": errors, "captured": captured, "report": report,
-                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict)},
+                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict, int)},
                   "tensor": type(call.get("output")) is torch.Tensor,
                   "probes": id(probes)}))
 """
@@ -107,9 +107,12 @@ def test_honest_code_with_gc_inspect_dataclasses_and_logging_is_read(tmp_path):
                    helper="def scale(x):\n    return x\n")
     assert loaded["statuses"] == {"compute_entropy": "ok"} and loaded["unread"] == {}
     assert loaded["errors"] == [] and loaded["call"]["status"] == "ok", loaded
-    served, *generated = loaded["captured"]  # and the text namedtuple wrote for it: evidence
-    assert served[0] == "the helper module helper.py, served"
-    assert all("_tuple_new" in text for _, text in generated), generated
+    # the helper it served, and the text namedtuple wrote for it: evidence
+    generated = [text for origin, text in loaded["captured"] if not origin.startswith("the helper")]
+    assert [origin for origin, _ in loaded["captured"]].count(
+        "the helper module helper.py, served") == 1, loaded["captured"]
+    assert generated and all("_tuple_new" in text or "__create_fn__" in text
+                             for text in generated), generated
 
 
 HEX = HONEST_ENTROPY.encode().hex()
@@ -130,24 +133,23 @@ HEX = HONEST_ENTROPY.encode().hex()
     "    def compute_entropy(logits):\n        return inner(logits)\n    return compute_entropy\n\n\n"
     "compute_entropy = _make()\n",
 ], ids=["print.__self__ exec", "forged file and line", "kept in a dict", "kept in a closure"])
-def test_a_graded_function_made_at_run_time_earns_nothing_and_its_text_is_captured(tmp_path,
-                                                                                    attack):
+def test_text_compiled_at_run_time_is_refused_and_kept_as_evidence(tmp_path, attack):
     loaded = _load(tmp_path, attack)
-    assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
-    assert "not compiled from the submission's text" in loaded["unread"]["compute_entropy"]
-    assert loaded["call"] == {"status": "unread"}
+    assert any("compile() of text that is not your submission's" in e
+               for e in loaded["errors"]), loaded["errors"]
+    assert "unread" not in loaded["statuses"].values()  # the text never ran: nothing to judge
     assert any("log_softmax" in text and "submission.py line" in origin
                for origin, text in loaded["captured"]), loaded["captured"]
 
 
-def test_code_made_while_a_graded_function_runs_earns_nothing(tmp_path):
+def test_code_made_while_a_graded_function_runs_is_refused(tmp_path):
     loaded = _load(tmp_path, "import torch\n\n\ndef compute_entropy(logits):\n"
                              f"    ns = {{'torch': torch}}\n    run = getattr(print.__self__, 'ex' + 'ec')\n"
                              f"    run(bytes.fromhex('{HEX}').decode(), ns)\n"
                              "    return ns['compute_entropy'](logits)\n")
     assert loaded["statuses"] == {"compute_entropy": "ok"}  # what it runs is seen when it runs
-    assert loaded["call"]["status"] == "unread"
-    assert "made code at run time while it ran" in loaded["call"]["why"]
+    assert loaded["call"]["status"] == "error", loaded["call"]
+    assert "compile() of text that is not your submission's" in loaded["call"]["message"]
 
 
 # ---- the grader's objects are out of reach ---------------------------------------------------
@@ -176,7 +178,7 @@ def test_frames_and_object_walks_are_refused_to_graded_code(tmp_path, reach):
                              "import torch\n\n\ndef compute_entropy(logits):\n"
                              f"    found = {reach}\n    return logits.sum(-1)\n")
     assert loaded["call"]["status"] == "error", loaded["call"]
-    assert "not available while grading" in loaded["call"]["message"]
+    assert "refused while grading" in loaded["call"]["message"]
 
 
 def test_what_the_library_does_with_frames_still_works(tmp_path):
@@ -223,19 +225,23 @@ def test_a_tracer_is_refused_to_the_submission(tmp_path):
                              "    sys.settrace(lambda frame, event, arg: None)\n"
                              "    return logits.sum(-1)\n")
     assert loaded["call"]["status"] == "error"
-    assert "sys.settrace is not available while grading" in loaded["call"]["message"]
+    assert "sys.settrace is refused while grading" in loaded["call"]["message"]
 
 
-def test_code_hidden_in_a_module_or_class_made_at_run_time_or_a_large_dict_is_found(tmp_path):
+def test_code_hidden_in_a_module_made_at_run_time_or_behind_a_large_dict_is_found(tmp_path):
+    """Refused where it is made; and a graded function whose reach is padded past what the
+    loader follows is not graded."""
     loaded = _load(tmp_path, "import types\nimport torch\n"
                              "fake = types.ModuleType('torch_helpers')\nfake.torch = torch\n"
-                             f"exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
+                             "try:\n"
+                             f"    exec(bytes.fromhex('{HEX}').decode(), vars(fake))\n"
+                             "except RuntimeError as refused:\n    REPORT = str(refused)\n"
                              "PAD = {i: [] for i in range(30_000)}\n\n\n"
                              "def compute_entropy(logits):\n"
                              "    return fake.compute_entropy(logits) if PAD else None\n")
+    assert "compile() of text" in loaded["report"], loaded
     assert loaded["statuses"] == {"compute_entropy": "unread"}, loaded
-    why = loaded["unread"]["compute_entropy"]  # whichever it meets first: padding hides nothing
-    assert "'<string>'" in why or "too large to follow" in why, why
+    assert "too large to follow" in loaded["unread"]["compute_entropy"]
 
 
 def test_a_course_module_in_a_sub_package_is_known_by_the_file_the_worker_compiles_it_under():
@@ -249,3 +255,108 @@ def test_a_course_module_in_a_sub_package_is_known_by_the_file_the_worker_compil
     assert course_file("course.loop.tasks", modules) == "<course>/loop/tasks.py"
     assert course_file("course.scoring", modules) == "<course>/scoring.py"
     assert course_file("course.loop.tasks", modules) != "<course>/loop.tasks.py"  # the old bug
+
+
+# ---- refused, not counted: each way to make or reach code the grader did not read -------------
+@pytest.mark.parametrize("reach, says", [
+    ("signal.signal(signal.SIGUSR1, lambda signum, frame: None)", "signal handlers are refused"),
+    ("ctypes.pythonapi.PyThreadState_Get()", "ctypes is refused"),
+    ("_Depth().frame", "frames are refused"),  # functools calls sys._getframe for it
+    ("_xxsubinterpreters.create()", "interpreter creation failed"),  # our refusal, C's words
+    ("_other.__code__.replace(co_name='x')", "building or replacing a code object"),
+    ("marshal.loads(marshal.dumps(_other.__code__))", "building or replacing a code object"),
+    ("setattr(compute_entropy, '__code__', _other.__code__)", "building or replacing a code"),
+], ids=["signal handler", "ctypes", "cached_property(sys._getframe)", "sub-interpreter",
+        "code.replace", "marshal", "__code__ swap"])
+def test_what_would_make_or_reach_unread_code_is_refused_and_says_what(tmp_path, reach, says):
+    loaded = _load(tmp_path, "import ctypes\nimport functools\nimport marshal\nimport signal\n"
+                             "import sys\nimport _xxsubinterpreters\nimport torch\n\n\n"
+                             "class _Depth:\n    frame = functools.cached_property(sys._getframe)\n\n"
+                             "    def __index__(self):\n        return 1\n\n\n"
+                             "def _other(logits):\n    return logits\n\n\n"
+                             f"def compute_entropy(logits):\n    {reach}\n"
+                             "    return logits.sum(-1)\n")
+    assert loaded["statuses"] == {"compute_entropy": "ok"}, loaded
+    assert loaded["call"]["status"] == "error", loaded["call"]
+    assert says in loaded["call"]["message"], loaded["call"]
+
+
+def test_what_the_submission_reaches_of_the_loader_leads_nowhere_in_the_grader(tmp_path):
+    """The finders on sys.meta_path, the stubs' `__reference_called__`: their `__globals__`
+    hold no module of the grader's, and the course finder keeps code, not text."""
+    loaded = _load(tmp_path, "import sys\nimport torch\nimport course.scoring\n"
+                             "_reached = [v for f in sys.meta_path for v in "
+                             "list(vars(type(f)).values()) + list(vars(f).values())]\n"
+                             "_reached.append(course.scoring.__dict__.get('__reference_called__'))\n"
+                             "REPORT = {'globals': sorted({str(g.get('__name__')) for g in "
+                             "(getattr(v, '__globals__', None) for v in _reached) if g}),\n"
+                             "          'text': [type(v).__name__ for f in sys.meta_path "
+                             "if hasattr(f, '__dict__') for d in vars(f).values() "
+                             "if isinstance(d, dict) for v in d.values() if isinstance(v, str)]}\n"
+                             + HONEST_ENTROPY)
+    assert loaded["report"]["globals"] and not any(
+        name.startswith(("autograder", "__main__")) for name in loaded["report"]["globals"]), \
+        loaded["report"]
+    assert loaded["report"]["text"] == [], loaded["report"]
+    assert loaded["call"]["status"] == "ok"
+
+
+def test_unread_code_behind_a_library_wrapper_is_found():
+    """`lru_cache` and torch's decorators hold the function they wrap where no attribute tells
+    truly (`__wrapped__` can be rebound): the loader looks at what they hold."""
+    import functools
+
+    import torch
+
+    from autograder.untrusted.provenance import Provenance
+
+    provenance = Provenance({}, {})
+    honest = {}
+    exec(provenance.compile_read("def f(x):\n    return x\n", "submission.py"), honest)
+    made = {"torch": torch}
+    exec(HONEST_ENTROPY, made)  # compiled here, not by the loader: not read
+    cached = functools.lru_cache(maxsize=0)(made["compute_entropy"])
+    cached.__wrapped__ = honest["f"]  # says the read one
+    for wrapped in (cached, torch.enable_grad()(made["compute_entropy"]),
+                    functools.lru_cache(maxsize=0)(torch.no_grad()(made["compute_entropy"]))):
+        assert "not compiled from the submission's text" in provenance.unread(wrapped)
+    assert provenance.unread(functools.lru_cache(maxsize=0)(honest["f"])) is None
+    assert provenance.unread(torch.no_grad()(honest["f"])) is None
+
+
+def test_text_the_child_captured_is_compared_with_the_reference_as_evidence():
+    """What the hook kept (refused text, the library's writing for the submission) is read like
+    the submission's files: a flag for the instructor, never a zero (the text did not run)."""
+    import re
+
+    from autograder.trusted.reference import captured_evidence
+
+    hexed = re.search(r'"([0-9a-f]{200,})"', (REDTEAM / "copy_print_self_exec.py").read_text())
+    pasted = bytes.fromhex(hexed.group(1)).decode()
+    found = captured_evidence([("refused: compiled at run time as '<string>'", pasted)])
+    assert set(found) == {"compute_entropy"} and found["compute_entropy"].share >= 0.9
+    assert found["compute_entropy"].threshold is None and not found["compute_entropy"].penalized
+    assert "in text compiled at run time" in found["compute_entropy"].holder
+    assert captured_evidence([("the helper module helper.py, served", pasted)]) == {}
+    assert captured_evidence([("refused: compiled at run time as '<string>'",
+                               HONEST_ENTROPY)]) == {}
+
+
+@pytest.mark.parametrize("then, says", [
+    ("", None),
+    ("    sys.modules.pop('course.chunked_head')\n    import course.chunked_head\n",
+     "imported once while grading"),
+    ("    _compute_dtype.__kwdefaults__ = {'grader_audit_': print}\n",
+     "building or replacing a code object"),
+], ids=["counted", "imported again", "default rebound"])
+def test_calls_into_the_given_head_are_counted_where_the_submission_cannot_write(tmp_path, then,
+                                                                                 says):
+    loaded = _load(tmp_path, "import sys\nimport torch\n"
+                             "from course.chunked_head import _compute_dtype\n\n\n"
+                             "def compute_entropy(logits):\n    _compute_dtype(logits)\n"
+                             + then + "    return logits.sum(-1)\n")
+    if says is None:
+        assert loaded["call"]["given_head_calls"] >= 1, loaded["call"]
+    else:
+        assert loaded["call"]["status"] == "error" and says in loaded["call"]["message"], \
+            loaded["call"]

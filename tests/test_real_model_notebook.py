@@ -1,4 +1,4 @@
-"""Notebook 09's first cell, which brings the course into a hosted runtime that has only torch.
+"""Notebook 10's first cell, which brings the course into a hosted runtime that has only torch.
 
 - its torch range is pyproject.toml's, and its verdict on a runtime's torch reads the minor
   version (a verdict that reads the major version only keeps torch 2.11: caught below);
@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = REPO_ROOT / "solutions" / "09_real_model.ipynb"
+NOTEBOOK = REPO_ROOT / "solutions" / "10_real_model.ipynb"
 UNSET = "COURSE_SOURCE = None\n"
 
 

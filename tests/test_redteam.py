@@ -307,6 +307,14 @@ class RedTeam:
             assert header["says"] in everything, \
                 f"{entry.name}: {header['says']!r} not in {everything[:2000]}"
 
+    def test_no_reference_text_reaches_the_feedback(self, red_team):
+        """The course finder keeps code, not text: an error message a submission raises (which
+        the check's feedback shows the student) cannot carry an earlier stage's reference."""
+        graded = red_team["graded"]["refuse_reference_text_in_feedback.py"]
+        everything = " ".join(r["output"] for r in graded["results"].values())
+        assert graded["results"] and "def compute_group_normalized_rewards" not in everything, \
+            everything[:1000]
+
     def test_nothing_outlives_the_gradings(self, red_team):
         assert not red_team["leftovers"], red_team["leftovers"]
 
@@ -377,3 +385,49 @@ def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypat
     graded = grade(str(entry), read_header(entry)["functions"], official=True,
                    isolation="bubblewrap", allow_reference=True, **GRADING)
     assert graded["score"] > read_header(entry)["honest"], graded["results"]
+
+
+@contextlib.contextmanager
+def message_queues():
+    """The names of the machine's POSIX message queues, read from a mount of its mqueue
+    filesystem of our own (/dev/mqueue need not be mounted): a callable, valid inside the block;
+    the queues made meanwhile are deleted after it."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="mqueue-")
+    mounted = subprocess.run(["mount", "-t", "mqueue", "none", folder], capture_output=True)
+    before = set(os.listdir(folder)) if not mounted.returncode else set()
+    try:
+        if mounted.returncode:
+            pytest.skip(f"cannot list message queues here: {mounted.stderr.decode()[:200]}")
+        yield lambda: sorted(os.listdir(folder))
+    finally:
+        for name in set(os.listdir(folder)) - before if not mounted.returncode else ():
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+        subprocess.run(["umount", folder], capture_output=True)
+        os.rmdir(folder)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_message_queues_carry_nothing_between_stages_and_none_is_left(tier, monkeypatch):
+    """The queue attack with the checks run latest stage first, so that a later stage's child
+    runs before an earlier one (tier 2: a queue is the machine's and outlives its maker, and
+    Landlock refuses opening it, not making it, so its existence carries bits; tier 1: the stages
+    of a grading share bubblewrap's IPC namespace, so its messages carry the reference): seccomp
+    refuses mq_open, so no bit arrives, it earns nothing and no queue is left."""
+    from autograder import api
+
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    monkeypatch.setattr(api, "CHECKS", list(reversed(api.CHECKS)))
+    entry = REDTEAM / "stages_message_queues.py"
+    with message_queues() as listing:
+        before = listing()
+        graded = grade(str(entry), read_header(entry)["functions"], official=True,
+                       isolation=tier, allow_reference=True, **GRADING)
+        assert listing() == before
+    said = " ".join(r["output"] for r in graded["results"].values())
+    assert "message queues carried" not in said, said
+    assert graded["max_score"] > 0 and graded["score"] == 0, graded["results"]
+    assert not graded["incomplete"], graded["incomplete"]

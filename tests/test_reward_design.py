@@ -1,5 +1,5 @@
-"""course.lab.reward_design: notebook 08's reward exercise finds each loophole, and its run is
-the lab's recorded run for the same reward."""
+"""course.lab.reward_design: notebook 09's reward exercise finds each loophole, accepts a shaped
+reward that keeps the order, and its run is the lab's recorded run for the same reward."""
 
 from dataclasses import replace
 
@@ -27,6 +27,43 @@ def test_a_substring_reward_shows_four_holes():
     found = [hole.split(":")[0] for hole in reward_holes(contains)]
     assert found == ["the right answer with one more digit (Run D's loophole)", "the right answer twice",
                      "the right answer without the tags", "the right answer, then more text"]
+
+
+def format_bonus(response, truth):
+    """r1-zero's reward plus 0.1 for the format: right 1.1 > wrong in the format 0.1 > out of it 0."""
+    scores = r1_zero_reward_fn(response, truth)
+    return {"reward": scores["reward"] + 0.1 * scores["format_reward"]}
+
+
+def test_a_shaped_reward_that_keeps_the_order_has_no_holes():
+    assert reward_holes(format_bonus) == []
+    assert reward_holes(lambda r, t: {"reward": 5 + 2 * r1_zero_reward_fn(r, t)["reward"]}) == []
+
+
+@pytest.mark.parametrize("shaping, holes", [
+    # a bonus for leaving the format: the two responses out of it outrank a wrong one in it
+    (lambda s, r: 0.1 * (1 - s["format_reward"]),
+     ["the right answer without the tags", "the right answer, then more text"]),
+    # partial credit for length: padding and repeating pay more than a plain wrong answer, and
+    # trailing text more than a wrong answer in the format
+    (lambda s, r: 0.05 * len(r) / 30, ["the right answer with one more digit (Run D's loophole)",
+                                       "the right answer twice", "the right answer, then more text"]),
+    # a format bonus as large as the answer: a wrong answer in the format pays what the right does
+    (lambda s, r: -s["reward"] + s["format_reward"], ["a wrong answer",
+     "the right answer with one more digit (Run D's loophole)", "the right answer twice",
+     "an empty answer"]),
+])
+def test_a_shaped_reward_that_breaks_the_order_shows_its_holes(shaping, holes):
+    def shaped(response, truth):
+        scores = r1_zero_reward_fn(response, truth)
+        return {"reward": scores["reward"] + shaping(scores, response)}
+
+    assert [hole.split(":")[0] for hole in reward_holes(shaped)] == holes
+
+
+def test_a_reward_that_is_not_a_number_is_a_hole():
+    holes = reward_holes(lambda r, t: {"reward": float("nan")})
+    assert len(holes) == 8 and all("not a finite number" in hole for hole in holes)
 
 
 def test_a_reward_that_raises_is_reported_not_raised():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from autograder.api import grade
+from autograder.trusted.diskwatch import BUDGET
 from autograder.trusted.isolation import bwrap_command, isolation_tier, sandbox_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -290,6 +292,59 @@ def test_a_probe_that_times_out_once_is_run_again_and_the_grade_completes(monkey
     assert all("timed out after" in r["output"] for r in hung["results"].values())
 
 
+def _loads(monkeypatch, stop_first: bool = False) -> list:
+    """Count the stage children's loads (their answers to "loading the submission"), with the
+    load time-out cut to 10 s; `stop_first`: SIGSTOP the first child as it starts loading, so that
+    it gets no CPU at all, as a child of a machine too busy to run it would."""
+    import signal
+
+    from autograder.trusted import grader, sandbox
+
+    monkeypatch.setattr(grader, "LOAD_TIMEOUT", 10.0)
+    real, loads = sandbox.StageClient._read, []
+
+    def read(self, timeout, doing):
+        if doing == "loading the submission":
+            loads.append(timeout)
+            if stop_first and len(loads) == 1:
+                for _ in range(200):  # tier 1: until the child has taken its user id
+                    if self.process.cpu_seconds() is not None:
+                        break
+                    time.sleep(0.01)
+                os.kill(self.process.host_pid, signal.SIGSTOP)
+        return real(self, timeout, doing)
+
+    monkeypatch.setattr(sandbox.StageClient, "_read", read)
+    return loads
+
+
+@pytest.mark.parametrize("tier", ("bubblewrap", "landlock"))
+def test_a_top_level_loop_is_the_submissions_at_once_and_a_starved_load_is_retried(
+        tier, tmp_path, monkeypatch):
+    """A `.py` whose top level loops forever: its child had the CPU for the whole load time-out,
+    so the stage fails at once saying so (no retry with twice the time), and the grading completes.
+    A child that had no CPU (SIGSTOP) was starved: loaded again with twice the time, full marks.
+    Prints the seconds the loop cost."""
+    if sandbox_problem(ROOT, tier):
+        pytest.skip(f"no {tier} sandbox here: {sandbox_problem(ROOT, tier)}")
+    looping = tmp_path / "looping.py"
+    looping.write_text("while True:\n    pass\n\n\ndef compute_entropy(logits):\n"
+                       "    return logits.sum(-1)\n")
+    loads = _loads(monkeypatch)
+    started = time.monotonic()
+    graded = grade(str(looping), ("compute_entropy",), official=True, isolation=tier)
+    seconds = time.monotonic() - started
+    print(f"{tier}: a top-level loop failed its stage in {seconds:.1f} s (load time-out 10 s)")
+    said = " ".join(r["output"] for r in graded["results"].values())
+    assert loads == [10.0] and "an infinite loop, or far too slow?" in said, (loads, said)
+    assert graded["score"] == 0 and not graded["incomplete"], graded["incomplete"]
+    monkeypatch.undo()
+    loads = _loads(monkeypatch, stop_first=True)
+    starved = grade("course", ("compute_entropy",), official=True, isolation=tier)
+    assert loads == [10.0, 20.0] and not starved["incomplete"], (loads, starved["incomplete"])
+    assert starved["score"] == starved["max_score"] > 0, starved["results"]
+
+
 def _chain(top: Path, depth: int) -> None:
     """`depth` nested folders under `top`, made through descriptors (no path grows long)."""
     fd = os.open(top, os.O_RDONLY)
@@ -356,10 +411,48 @@ def test_the_disk_watchdog_counts_allocated_blocks_once_and_names_the_bound(tmp_
     fd = os.open(tmp_path / "more", os.O_WRONLY | os.O_CREAT)
     os.posix_fallocate(fd, 0, 2 * 2**20)
     os.close(fd)
-    assert "wrote 4 MiB to disk, more than the 3 MiB" in diskwatch.verdict(str(tmp_path))
+    assert "held 4 MiB on disk, more than the 3 MiB" in diskwatch.verdict(str(tmp_path))
     monkeypatch.setattr(diskwatch, "BUDGET", 2**30)
     monkeypatch.setattr(diskwatch, "INODES", 3)
     assert "more than 3 files and folders" in diskwatch.verdict(str(tmp_path))
+
+
+def test_the_disk_watchdog_counts_deleted_files_held_open_and_a_fall_in_free_space(
+        tmp_path, monkeypatch):
+    """A file deleted but held open (or mapped) counts, once however often it is held, though no
+    walk finds it; and a child that holds more than its share stops when the disk's free space
+    fell by more than the budget since it started, though its own count is under the budget."""
+    import mmap
+
+    from autograder.trusted import diskwatch
+
+    monkeypatch.setattr(diskwatch, "BUDGET", 3 * 2**20)
+    monkeypatch.setattr(diskwatch, "SHARE", 2**20)
+    monkeypatch.setattr(diskwatch.cleanup, "processes_of", lambda uids: [os.getpid()])  # ours
+    path = tmp_path / "gone"
+    with open(path, "wb") as handle:
+        handle.write(b"\1" * 2 * 2**20)
+    held = os.open(path, os.O_RDONLY)
+    mapped = mmap.mmap(held, 0, prot=mmap.PROT_READ)
+    again = os.open(path, os.O_RDONLY)
+    path.unlink()
+    try:
+        free = diskwatch.free_bytes(str(tmp_path))
+        assert diskwatch.verdict(str(tmp_path), os.getuid(), free) is None  # 2 MiB, once
+        with open(tmp_path / "kept", "wb") as handle:
+            handle.write(b"\1" * 2 * 2**20)
+        said = diskwatch.verdict(str(tmp_path), os.getuid(), free)
+        assert said == ("it held 4 MiB on disk, more than the 3 MiB a stage may write (2 MiB of "
+                        "it in files it deleted but holds open)")
+        assert diskwatch.verdict(str(tmp_path)) is None  # the folder alone: 2 MiB
+        os.unlink(tmp_path / "kept")
+        said = diskwatch.verdict(str(tmp_path), os.getuid(), free + 5 * 2**20)
+        assert re.fullmatch(r"it held 2 MiB on disk, while the disk's free space fell by \d+ MiB, "
+                            r"more than the 3 MiB .*", said), said
+    finally:
+        mapped.close()
+        os.close(held)
+        os.close(again)
 
 
 def test_the_disk_budget_of_a_tier_2_stage_is_tier_1s_whole_tmpfs():
@@ -386,7 +479,9 @@ def test_a_clean_up_that_fails_makes_the_grading_incomplete_in_words(monkeypatch
     assert any("could not all be deleted" in why for why in graded["incomplete"]), graded
 
 
-ATTACKS = ("network_unix_socket_path.py", "disk_nested_folders.py", "disk_fallocate.py")
+ATTACKS = ("network_unix_socket_path.py", "disk_nested_folders.py", "disk_fallocate.py",
+           "disk_unlinked_files.py")
+OVERSHOOT = 256 * 2**20  # what tier 2's stage may hold beyond its budget when it is stopped
 
 
 @pytest.fixture
@@ -444,8 +539,13 @@ def test_socket_path_folder_chain_and_fallocate_are_stopped_and_the_grading_comp
     for server in root_socket:
         with pytest.raises(BlockingIOError):
             server.accept() if server.type == 1 else server.recv(100)
-    if tier == "landlock" and name == "disk_fallocate.py":
-        assert "MiB to disk, more than the 1024 MiB a stage may write" in said, said
+    if tier == "landlock" and name.startswith("disk_") and name != "disk_nested_folders.py":
+        held = re.search(r"it held (\d+) MiB on disk, more than the 1024 MiB a stage may write",
+                         said)
+        assert held and int(held.group(1)) * 2**20 <= BUDGET + OVERSHOOT, said
+        print(f"{name}: stopped holding {held.group(1)} MiB")
+    if tier == "landlock" and name == "disk_unlinked_files.py":
+        assert "in files it deleted but holds open" in said, said
 
 
 @needs_sandbox

@@ -31,6 +31,9 @@ BPE_TOKENIZER = {"__object__": "bpe_tokenizer"}
 BPE_TEXTS = ("Question: what is 12+30? Answer: 42", "the answer is 42", "Assistant: the answer",
              "<think>add</think> <answer>42</answer>")
 REWARD_FN = {"__object__": "reward_fn"}
+# the given chunked head: its functions raise this audit event, which the stage child counts around
+# a call of the plain path (autograder/trusted/reference.py `_counted`)
+GIVEN_HEAD, GIVEN_HEAD_EVENT = "course.chunked_head", "grading.given_head"
 
 
 def config_marker(**fields) -> dict:

@@ -38,7 +38,7 @@ from autograder.trusted.core import (
     plain_problem,
 )
 from autograder.trusted.isolation import isolation_tier
-from autograder.trusted.reference import authorship, course_sources
+from autograder.trusted.reference import authorship, captured_evidence, course_sources
 from autograder.trusted.report import SIMILARITY_TITLE, similarity_lines
 from autograder.trusted.results import ResultsError, write_results
 from autograder.trusted.sandbox import Sandbox, StageClient, WorkerError
@@ -206,6 +206,7 @@ def incomplete_note(reasons: list[str]) -> str:
 
 
 START_TIMEOUT = 90.0  # seconds for the sandbox to import torch (doubled on the one retry)
+LOAD_TIMEOUT = 90.0  # and for a stage's child to load the submission (doubled on a starved retry)
 SANDBOX_RESTARTS = 2  # a grading's sandbox that stops answering is started again this often
 TIMEOUT_RETRIES = 2  # and a check whose probe timed out is run again, on a fresh child, this often
 
@@ -387,31 +388,34 @@ class Grader:
         # ranks forked and connected before the submission loads (`autograder.untrusted.ranks`)
         ranks = max((c.needs_processes for c in core.CHECKS if c.stage == stage), default=0) \
             if self.isolation_tier == "landlock-seccomp" else 0
-        client = StageClient(self.runner, stage, config, START_TIMEOUT, self.memory_mb, ranks)
+        client = StageClient(self.runner, stage, config, LOAD_TIMEOUT, self.memory_mb, ranks)
         for attempt in (1, 2):
             remaining = self._remaining()
             if remaining <= 0:
                 self.out_of_time = True
                 client.close()
                 raise Fail(self._out_of_time_note())
-            client.load_timeout = min(START_TIMEOUT * attempt, remaining)
+            client.load_timeout = min(LOAD_TIMEOUT * attempt, remaining)
             try:
                 ready = client.start()
                 break
             except WorkerError as exc:
-                if exc.kind in ("timeout", "overloaded") and remaining < START_TIMEOUT * attempt:
+                if exc.kind in ("timeout", "overloaded", "loop") \
+                        and remaining < LOAD_TIMEOUT * attempt:
                     self.out_of_time = True
                     client.close()
                     raise Fail(self._out_of_time_note()) from None
                 if self.runner.process is None:  # the sandbox itself stopped: not the student's
                     client.close()
                     raise SandboxStopped(str(exc)) from None
+                # starved (it had little CPU) or stopped: once more with twice the time; a loop
+                # (it had the CPU and did not finish) is the submission's at once
                 if exc.kind in ("timeout", "overloaded") and attempt == 1:
                     continue
                 client.close()
-                why = ("loading it timed out twice: the grader may be overloaded, or the "
-                       "submission's top-level code does not finish" if exc.kind == "timeout"
-                       else str(exc))
+                why = (f"loading it timed out twice ({exc}): the grader may be overloaded, or "
+                       "the submission's top-level code waits for something that never comes"
+                       if exc.kind == "timeout" else str(exc))
                 self.stage_failures[stage] = f"the submission could not be loaded: {why}"
                 raise Fail(self.stage_failures[stage]) from None
         self.load_errors.extend(e for e in ready.get("errors", []) if e not in self.load_errors)
@@ -442,9 +446,10 @@ class Grader:
         except WorkerError as exc:
             if not self.in_process and self.runner.process is None:
                 raise SandboxStopped(str(exc)) from None  # the grader's failure: retried
-            if exc.kind == "timeout" and remaining < allowed:  # the grading's clock, not the code's
+            if exc.kind in ("timeout", "loop") and remaining < allowed:  # the grading's clock
                 self.out_of_time = True
                 raise Fail(self._out_of_time_note()) from None
+            # starved (little CPU): run again; a loop (it had the CPU) counts at once
             if exc.kind == "timeout" and self.timeouts < TIMEOUT_RETRIES:
                 self.timeouts += 1
                 raise ProbeTimedOut(str(exc)) from None
@@ -468,6 +473,9 @@ class Grader:
             if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair) \
                     and tuple(pair) not in self.captured:
                 self.captured.append(tuple(pair))
+        if self.captured and not self.allow_reference:  # evidence, read like its files
+            for name, found in captured_evidence(self.captured).items():
+                self.similar.setdefault(name, found)
 
     def _out_of_time_note(self) -> str:
         return (f"the whole grading ran past its time limit ({self.time_limit:g} s, "

@@ -16,8 +16,9 @@ import importlib
 import json
 import pkgutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from autograder.protocol.markers import GIVEN_HEAD, GIVEN_HEAD_EVENT
 from autograder.trusted.similarity import containment, fingerprints, kgram_lines, kgrams, tokens
 from course.paths import ROOT
 from course.registry import GRADED_FUNCTIONS, HOME_MODULES, STAGE_MODULES, STAGES
@@ -129,20 +130,21 @@ def stubbed(source: str, keep: tuple[str, ...] = ()) -> str:
 
 
 # Stage 2's given helper: its plain path (`logits_chunk_size=0`) must be the student's own
-# computation, so each function and method of the helper counts its calls in the module's
-# `__grader_calls__`, which the probes read around a plain-path call (`probes.GIVEN_HEAD`).
-GIVEN_HEAD = "course.chunked_head"
-COUNTER = "__grader_calls__"
+# computation, so each function and method of the helper raises the audit event GIVEN_HEAD_EVENT
+# when called, which the stage child's hook counts where the submission cannot write
+# (`autograder.untrusted.provenance`; the probes read it around a plain-path call). `sys.audit` is
+# bound as a keyword-only default as the module is first imported, before the submission loads:
+# the child refuses a rebound default and a second run of the module's code.
+AUDIT = "grader_audit_"
 
 
 def _counted(source: str) -> str:
     tree = parse(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            node.body[:0] = parse(f"{COUNTER}[0] += 1").body
-    after = max((i + 1 for i, n in enumerate(tree.body)
-                 if isinstance(n, ast.ImportFrom) and n.module == "__future__"), default=0)
-    tree.body[after:after] = parse(f"{COUNTER} = [0]").body
+            node.args.kwonlyargs.append(ast.arg(AUDIT))
+            node.args.kw_defaults.append(parse('__import__("sys").audit').body[0].value)
+            node.body[:0] = parse(f"{AUDIT}({GIVEN_HEAD_EVENT!r})").body
     return ast.unparse(tree)
 
 
@@ -394,6 +396,17 @@ def authorship(sources: list[str], copies: str = "flag") -> tuple[dict[str, str]
         if copies == "zero" and evidence[name].penalized:
             refused.setdefault(name, evidence[name].penalty())
     return refused, evidence
+
+
+def captured_evidence(captured: list[tuple[str, str]]) -> dict[str, Evidence]:
+    """{graded function: evidence} from the text a stage child saw compiled at run time (refused,
+    or written by the library as the submission's line asked: `autograder.untrusted.provenance`),
+    read like a submission's files: a flag for the instructor, never a zero (it did not run)."""
+    texts = [text for origin, text in captured if not origin.startswith("the helper module")]
+    found = authorship(texts)[1] if texts else {}
+    return {name: replace(evidence, threshold=None,
+                          holder=f"{evidence.holder}, in text compiled at run time")
+            for name, evidence in found.items()}
 
 
 def copied_references(sources: list[str], copies: str = "flag") -> dict[str, str]:

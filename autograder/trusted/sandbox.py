@@ -16,6 +16,9 @@ and reads its answers through pipes it made itself, decoded by `autograder.proto
 checked before anything is built), with a wall-clock deadline per request. A child that dies or
 hangs is reaped (it and every process of its user id) and replaced for the next request; how it
 ended is told in the student's words: timed out, killed for memory, exited, killed by a signal.
+A time-out is the submission's ("loop") where the child had the CPU for at least `LOOP_SHARE` of
+the time it was given (its user and system time in /proc/PID/stat, proc(5)): an infinite loop or
+far too slow; otherwise it was starved or waiting ("timeout"), which the grader may retry.
 The grader reads nothing by a path the worker could have written: logs go to files the grader
 created in its own private folder, read back through the grader's own descriptors, size-capped.
 """
@@ -44,11 +47,14 @@ DISK_WATCH = Path(__file__).resolve().with_name("diskwatch.py")
 LOG_BYTES = 2**16  # the most of a worker's output the grader reads back
 CHILD_PROCESSES = 32  # per stage child, threads included (a DDP train step peaks at 9)
 CHILD_FILE_BYTES = 64 * 2**20
+CHILD_FILES = 256  # descriptors per process (Docker's default is 1,048,576): deleted files held open
 CHILD_CPU_SECONDS = 1800  # a backstop under the wall-clock deadlines: a stray spinner ends too
+LOOP_SHARE = 0.25  # a time-out promises the child a quarter of a CPU: one that had it ran
 
 
 class WorkerError(Exception):
-    """The worker did not answer: `kind` is "timeout", "crash", "garbage" or "overloaded"."""
+    """The worker did not answer: `kind` is "timeout" (starved or waiting), "loop" (timed out with
+    the CPU: the submission's doing), "crash", "garbage" or "overloaded"."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
@@ -67,6 +73,30 @@ def _limit_template() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (CHILD_FILE_BYTES, CHILD_FILE_BYTES))
     with contextlib.suppress(Exception):  # die with the grader (PR_SET_PDEATHSIG = 1)
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User and system time of `pid` and of the children it waited for (fields 14-17 of
+    /proc/PID/stat, proc(5)), in seconds; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()  # after the command's name: field 3
+        return sum(int(field) for field in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def oldest_process_of(uid: int) -> int | None:
+    """The grader's pid of the first process of user `uid` (a stage child's user is its own: the
+    child itself), or None. Tier 1 hands the grader pids of its own PID namespace, not these."""
+    found = []
+    for pid in cleanup.processes_of(range(uid, uid + 1)):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:  # field 22: its start time
+                found.append((int(handle.read().rsplit(b")", 1)[1].split()[19]), pid))
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+    return min(found)[1] if found else None
 
 
 def read_tail(fd: int, limit: int = LOG_BYTES) -> bytes:
@@ -169,7 +199,7 @@ class Sandbox:
 
     def _child_limits(self) -> dict:
         limits = {"RLIMIT_NPROC": CHILD_PROCESSES, "RLIMIT_FSIZE": CHILD_FILE_BYTES,
-                  "RLIMIT_CORE": 0, "RLIMIT_CPU": CHILD_CPU_SECONDS}
+                  "RLIMIT_NOFILE": CHILD_FILES, "RLIMIT_CORE": 0, "RLIMIT_CPU": CHILD_CPU_SECONDS}
         if self.memory_bytes:
             limits["RLIMIT_AS"] = self.memory_bytes
         return limits
@@ -263,6 +293,14 @@ class StageProcess:
     def __init__(self, sandbox: Sandbox, pid: int, uid: int, stdin):
         self.sandbox, self.pid, self.uid, self.stdin = sandbox, pid, uid, stdin
         self.status: dict | None = None
+        self.host_pid: int | None = None if sandbox.tier == "bubblewrap" else pid
+
+    def cpu_seconds(self) -> float | None:
+        """The child's CPU time so far (None where the grader cannot see it: tier 1 without a
+        user id of its own)."""
+        if self.host_pid is None and self.uid:
+            self.host_pid = oldest_process_of(self.uid)
+        return cpu_seconds(self.host_pid) if self.host_pid is not None else None
 
     def wait(self, timeout: float | None = None, grace: float = 2.0) -> int:
         if self.status is None:
@@ -333,12 +371,13 @@ class StageClient:
 
     def _read(self, timeout: float, doing: str) -> dict:
         """One answer, decoded by `autograder.protocol.wire` (size-capped, under a time limit)."""
+        before = self.process.cpu_seconds() or 0.0  # unseen yet: a child just forked (its 0)
         try:
             return wire.decode(wire.read_frame(self.read_fd, time.monotonic() + timeout))
         except wire.Timeout:
+            after = self.process.cpu_seconds()
             self.kill()
-            raise WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing} "
-                                         "(an infinite loop, or far too slow?)") from None
+            raise self._timed_out(timeout, doing, before, after) from None
         except wire.Closed:
             self.process.wait()
             tail = self.log_tail()
@@ -348,6 +387,20 @@ class StageClient:
             self.kill()
             raise WorkerError("garbage", f"an answer the grader refuses while {doing}: {exc}") \
                 from None
+
+    @staticmethod
+    def _timed_out(timeout: float, doing: str, before: float, after) -> WorkerError:
+        """Whose time-out it was: the child's where it had the CPU for `LOOP_SHARE` of it."""
+        if after is None:
+            return WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing} "
+                                          "(an infinite loop, or far too slow?)")
+        used = after - before
+        if used >= LOOP_SHARE * timeout:
+            return WorkerError("loop", f"timed out after {timeout:.0f} s while {doing}, having "
+                                       f"used {used:.0f} s of CPU (an infinite loop, or far too "
+                                       "slow?)")
+        return WorkerError("timeout", f"timed out after {timeout:.0f} s while {doing}, having had "
+                                      f"only {used:.0f} s of CPU (the machine may be overloaded)")
 
     def log_tail(self, characters: int = 600) -> str:
         if self.log_fd is None:

@@ -15,7 +15,8 @@ has taken its own user id and PR_SET_NO_NEW_PRIVS (`autograder.untrusted.worker`
 - seccomp, built with libseccomp (`pyseccomp`, a ctypes binding of the system's libseccomp2):
   ptrace, process_vm_readv/writev, keyctl/add_key/request_key, mount/umount/pivot_root and the new
   mount API, bpf, perf_event_open, unshare/setns, clone with any CLONE_NEW* flag, io_uring (it
-  makes sockets without socket()), SysV IPC, socket() of every family and a datagram socketpair
+  makes sockets without socket()), SysV IPC and POSIX message queues (tier 2's are the machine's;
+  tier 1's stages share one IPC namespace), socket() of every family and a datagram socketpair
   are refused (EPERM: Landlock does not mediate connect() to a unix socket by path, so an AF_UNIX
   socket could reach any socket file on the machine; a stream socketpair stays; clone3,
   whose flags seccomp cannot read, answers ENOSYS so that the C library falls back to clone;
@@ -61,7 +62,11 @@ REFUSED = ("ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key
            "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "unshare",
            "setns", "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
            "kexec_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
-           "shmget", "semget", "msgget")  # SysV IPC: no namespace of its own in tier 2
+           "shmget", "semget", "msgget",  # SysV IPC: no namespace of its own in tier 2
+           # POSIX message queues: tier 2's are the machine's (Landlock refuses opening one, not
+           # making one, so which names exist carries bits); tier 1's stages share one namespace
+           "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+           "mq_getsetattr")
 
 
 class NetPort(ctypes.Structure):  # struct landlock_net_port_attr (packed)

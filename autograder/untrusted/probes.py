@@ -11,7 +11,6 @@ import contextlib
 import io
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -37,7 +36,8 @@ class SubmissionState:
     device: str = "cpu"
     reference_calls: Counter = field(default_factory=Counter)
     patch: object = None  # context manager factory that installs call counters (in-process mode)
-    provenance: object = None  # the stage child's `autograder.untrusted.provenance.Provenance`
+    recheck: object = None  # recheck(name): why `name` is no longer the code judged at load
+    given_head_calls: list | None = None  # [calls into the given head], counted by the hook
     ranks: list | None = None  # data-parallel ranks forked before the submission loaded (tier 2)
 
 
@@ -95,19 +95,20 @@ def get_path(output, path: str):
     return output
 
 
-GIVEN_HEAD = "course.chunked_head"  # its functions count their calls (trusted/reference.py)
-
-
-def _given_head_calls() -> int:
-    counter = getattr(sys.modules.get(GIVEN_HEAD), "__grader_calls__", None)
-    return counter[0] if isinstance(counter, list) and counter and type(counter[0]) is int else 0
+def _given_head_calls(state: SubmissionState) -> int:
+    """Calls into the given chunked head so far, as the stage child's hook counted them (0 where
+    nothing counts: the notebook's own kernel)."""
+    return state.given_head_calls[0] if state.given_head_calls else 0
 
 
 def _call_guarded(state: SubmissionState, name: str, fn):
-    """Run fn(); report delegation if the reference `name` was called meanwhile, and code the
-    grader did not read if the call made code at run time (`provenance.Provenance.events`)."""
+    """Run fn(), unless `name` is no longer the code the grader read and judged at load
+    (`state.recheck`: its `__code__` swapped, what it reaches changed); report delegation if the
+    reference `name` was called meanwhile."""
+    why = state.recheck(name) if state.recheck else None
+    if why:
+        return {"status": "unread", "why": why}
     state.reference_calls.clear()
-    made = state.provenance.events if state.provenance else 0
     try:
         with state.patch() if state.patch else contextlib.nullcontext():
             result = fn()
@@ -115,9 +116,6 @@ def _call_guarded(state: SubmissionState, name: str, fn):
         result = exception_answer(exc)
     if state.reference_calls[name]:
         return {"status": "delegated"}
-    if state.provenance and state.provenance.events != made:
-        return {"status": "unread", "why": f"{name} made code at run time while it ran: "
-                                           f"{state.provenance.last_event}"}
     return result
 
 
@@ -131,7 +129,7 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
     measure = request.get("measure_cuda_memory") and torch.cuda.is_available()
 
     def run():
-        head_calls = _given_head_calls()
+        head_calls = _given_head_calls(state)
         if measure:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -143,7 +141,7 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
         response = {"status": "ok", "output": to_plain(output),
                     "requires_grad": _requires_grad(output)}
         if request.get("count_given_head"):
-            response["given_head_calls"] = _given_head_calls() - head_calls
+            response["given_head_calls"] = _given_head_calls(state) - head_calls
         if request.get("count_saved_bytes"):
             response["saved_bytes"] = saved.total()
             response["foreign_saved_hooks"] = saved.foreign[:10]

@@ -65,73 +65,79 @@ def _channel():
     return receive, send
 
 
-def _exec_statements(unit: dict, errors: list, provenance) -> dict:
-    module = types.ModuleType(f"submission_{unit['name'].split('.')[0]}")
-    module.__file__ = unit["name"]
-    sys.modules[module.__name__] = module
-    provenance.namespaces.append(vars(module))
-    for label, source in unit["statements"]:
-        try:
-            exec(provenance.compile_read(source, label), module.__dict__)
-        except BaseException as exc:  # SystemExit and KeyboardInterrupt included
-            errors.append(f"{label}: {type(exc).__name__}: {exc}")
-    return vars(module)
+# Built in a namespace of its own (`_neutral`), with a copy of the builtins: what the submission
+# reaches of these (the finders on `sys.meta_path`, the stubs' `__reference_called__`, the refused
+# signal handlers) leads through `__globals__` to nothing of the grader's.
+_NEUTRAL = """
+class CodeFinder:
+    \"\"\"Serves modules from code objects compiled before the submission loaded (`codes`:
+    {module: code}; `packages`: names other modules are under; `top_level`: only where no
+    package asks; `refused`: a prefix of names it refuses), never from the disk or text.\"\"\"
 
-
-class CourseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves `course` and `course.*` from the sources the grader sent; nothing from the disk."""
-
-    def __init__(self, sources: dict, extra_globals: dict):
-        from autograder.untrusted.provenance import course_file
-
-        self.sources = sources
-        self.extra_globals = extra_globals
-        self.course_file = course_file  # bound now: the grader's modules leave sys.modules later
+    def __init__(self, codes, packages, top_level, refused, extra_globals):
+        self.codes, self.packages, self.top_level = codes, packages, top_level
+        self.refused, self.extra_globals, self.served = refused, extra_globals, []
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in self.sources:
-            return importlib.util.spec_from_loader(fullname, self, is_package=self._package(fullname))
-        if fullname.startswith("course."):
-            raise ModuleNotFoundError(f"No module named {fullname!r} (not available while grading)")
+        if fullname in self.codes and (path is None or not self.top_level):
+            return spec_from_loader(fullname, self, is_package=fullname in self.packages)
+        if self.refused and fullname.startswith(self.refused):
+            raise ModuleNotFoundError(f"No module named {fullname!r} (not available while "
+                                      "grading)")
         return None
-
-    def _package(self, name: str) -> bool:
-        """`course` and its sub-packages (`course.loop`): the names other modules are under."""
-        return name == "course" or any(other.startswith(name + ".") for other in self.sources)
 
     def create_module(self, spec):
         return None
 
-    def exec_module(self, module) -> None:
-        name = module.__name__
-        module.__file__ = self.course_file(name, self.sources)  # what provenance knows it by
-        if self._package(name):
+    def exec_module(self, module):
+        code = self.codes[module.__name__]
+        module.__file__ = code.co_filename
+        if module.__name__ in self.packages:
             module.__path__ = []
         module.__dict__.update(self.extra_globals)
-        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+        self.served.append(module.__name__)
+        exec(code, module.__dict__)
 
 
-class HelperFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves a .py submission's helpers (`import helper` of a `helper.py` beside it) from the
-    text the grader sent: the sandbox shows none of the submission's folders. Only the files its
-    import statements name, never in the place of a library module
-    (`autograder.protocol.helpers.servable`): the authorship rule reads the same files."""
+def reference_stub(stage, counter):
+    def reference_called(name):
+        counter[name] += 1
+        raise RuntimeError(f"the reference course.{name} is not available while stage {stage} "
+                           "is graded: write your own implementation (the references of "
+                           "earlier stages are available)")
+    return reference_called
 
-    def __init__(self, helpers: dict):
-        self.files = {name[:-3]: (name, text) for name, text in helpers.items()}
 
-    def find_spec(self, fullname, path=None, target=None):
-        if path is None and fullname in self.files:
-            return importlib.util.spec_from_loader(fullname, self)
-        return None
+def refusal(message):
+    def refused(*args, **kwargs):
+        raise RuntimeError(message)
+    return refused
+"""
 
-    def create_module(self, spec):
-        return None
 
-    def exec_module(self, module) -> None:
-        name, text = self.files[module.__name__]
-        module.__file__ = name
-        exec(compile(text, name, "exec"), module.__dict__)
+def _neutral() -> dict:
+    import builtins
+
+    namespace = {"__builtins__": dict(vars(builtins)), "__name__": "grading",
+                 "spec_from_loader": importlib.util.spec_from_loader}
+    exec(compile(_NEUTRAL, "<grading>", "exec"), namespace)
+    return namespace
+
+
+NEUTRAL = _neutral()
+CodeFinder = NEUTRAL["CodeFinder"]
+
+
+def course_finder(sources: dict, extra_globals: dict):
+    """The finder of `course` and `course.*`: the sources the grader sent, compiled here (the
+    file names provenance knows them by), kept as code, not text."""
+    from autograder.untrusted.provenance import course_file
+
+    codes = {name: compile(text, course_file(name, sources), "exec")
+             for name, text in sources.items()}
+    packages = frozenset(name for name in sources
+                         if name == "course" or any(o.startswith(name + ".") for o in sources))
+    return CodeFinder(codes, packages, False, "course.", extra_globals)
 
 
 # The `course` modules the template imported (`autograder.trusted.reference.template_sources`: no
@@ -139,12 +145,13 @@ class HelperFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 _TEMPLATE_MODULES: tuple[str, ...] = ()
 
 
-def install_course(sources: dict, extra_globals: dict | None = None) -> None:
+def install_course(sources: dict, extra_globals: dict | None = None):
     """Replace whatever `course` modules are loaded by those of `sources`, but for the template's
-    own (`_TEMPLATE_MODULES`), which are kept."""
-    for finder in [f for f in sys.meta_path if isinstance(f, CourseFinder)]:
+    own (`_TEMPLATE_MODULES`), which are kept; the finder that serves them."""
+    for finder in [f for f in sys.meta_path if isinstance(f, CodeFinder) and not f.top_level]:
         sys.meta_path.remove(finder)
-    sys.meta_path.insert(0, CourseFinder(sources, extra_globals or {}))
+    finder = course_finder(sources, extra_globals or {})
+    sys.meta_path.insert(0, finder)
     kept = {name: sys.modules[name] for name in _TEMPLATE_MODULES if name in sys.modules}
     for name in [n for n in sys.modules if n == "course" or n.startswith("course.")]:
         del sys.modules[name]
@@ -153,6 +160,7 @@ def install_course(sources: dict, extra_globals: dict | None = None) -> None:
     for name, module in kept.items():  # each under its package: `course.loop.models` in `course.loop`
         parent, _, attribute = name.rpartition(".")
         setattr(sys.modules[parent], attribute, module)
+    return finder
 
 
 def _stand_in_for_selfcheck() -> None:
@@ -183,69 +191,127 @@ def _hide_grader() -> None:
 def load(config: dict):
     """The submission loaded, and what the grader needs to know of it: (state, errors, unread:
     {graded function: why its code is not the code the grader read}, captured: [(origin, source
-    text)] compiled at run time or served as a helper)."""
-    from autograder.protocol.answers import function_status
+    text)] that the library wrote for it, or that it tried to compile, or a helper it served)."""
+    from autograder.protocol.markers import GIVEN_HEAD
     from autograder.untrusted.probes import SubmissionState
-    from autograder.untrusted.provenance import Provenance
 
     _stand_in_for_selfcheck()
-    written = _written  # bound now: the submission's code runs in between
-
-    submission, errors, counter = config["submission"], [], Counter()
-    stage = config.get("stage")
-
-    def reference_called(name: str):
-        counter[name] += 1
-        raise RuntimeError(f"the reference course.{name} is not available while stage {stage} is "
-                           "graded: write your own implementation (the references of earlier "
-                           "stages are available)")
-
+    submission, counter = config["submission"], Counter()
     sys.path[:0] = config.get("paths", [])
-    install_course(config["course"], {"__reference_called__": reference_called})
-    from autograder.protocol.helpers import servable  # parses with the course just installed
-    from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # as the grader sent it
-    from course.submissions.implementations import stand_in_for_stubs
-    kind, target = submission["kind"], submission["target"]
-    allow_unread = bool(config.get("allow_unread"))  # --allow-reference
+    stub = NEUTRAL["reference_stub"](config.get("stage"), counter)
+    finder = install_course(config["course"], {"__reference_called__": stub})
     if config.get("grading_reference"):
+        from course.registry import GRADED_FUNCTIONS, HOME_MODULES  # as the grader sent it
+
         functions = {name: getattr(importlib.import_module(HOME_MODULES[name]), name)
                      for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
-        return SubmissionState(functions, statuses, config["device"], counter), errors, {}, []
+        return SubmissionState(functions, statuses, config["device"], counter), [], {}, []
+    from course.registry import GRADED_FUNCTIONS
+    from course.submissions.implementations import stand_in_for_stubs  # bound before it runs
+
+    written = {name for name in GRADED_FUNCTIONS if _written(submission, name)}  # its text
+    provenance, compiled, errors = _compile_submission(submission, finder.codes)
+    allow_unread = bool(config.get("allow_unread"))  # --allow-reference
+    unread_of = provenance.unread  # bound before the submission runs
+    _refuse_signal_handlers()
+    if GIVEN_HEAD in finder.codes:  # run before the submission: its functions' defaults bound
+        importlib.import_module(GIVEN_HEAD)
+    provenance.arm(tuple(config.get("paths", [])), refuse_text=not allow_unread,
+                   given=finder.codes.get(GIVEN_HEAD))
+    _hide_grader()  # from here on the submission's code runs
+    namespaces = _run_submission(submission, compiled, provenance, errors, config)
+    functions, statuses, unread = _judge(submission, namespaces,
+                                         None if allow_unread else unread_of)
+    recheck = _rechecking(functions, None if allow_unread else unread_of)  # what was judged
+    # a stage whose reference is a stub here (the stage under test and later ones, or one a
+    # student edition has not revealed) runs on the submission's own version, where it has one
+    # (not its unwritten release stub: then the stub's own message names the notebook to write)
+    stand_in_for_stubs({n: f for n, f in functions.items()
+                        if statuses[n] == "ok" and n in written}, namespaces)
+    state = SubmissionState(functions, statuses, config["device"], counter, recheck=recheck,
+                            given_head_calls=provenance.given_calls)
+    served = [m for f in sys.meta_path if isinstance(f, CodeFinder) and f.top_level
+              for m in f.served]
+    for name in provenance.helpers:
+        if name[:-3] in served:
+            provenance.capture(f"the helper module {name}, served", submission["files"][name])
+    return state, errors, unread, provenance.captured
+
+
+def _compile_submission(submission: dict, course: dict):
+    """Before any of it runs: (provenance, [(label, code or None)], errors): every text of the
+    submission compiled as read code; a .py's helpers compiled and its finder in place."""
+    from autograder.protocol.helpers import servable  # parses with the course just installed
+    from autograder.untrusted.provenance import Provenance
+
+    kind, target, errors = submission["kind"], submission["target"], []
     helpers = servable(submission["files"], os.path.basename(target)) if kind == "py" else {}
-    provenance = Provenance(config["course"], helpers)
-    provenance.read_helpers()
+    provenance = Provenance(course, helpers)
     if kind == "py":  # its helpers are found where its folder would be: before the disk's modules
         place = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder),
                      len(sys.meta_path))
-        sys.meta_path.insert(place, HelperFinder(helpers))
-    provenance.install()  # from here on, before any of the submission's code
-    _hide_grader()
-    namespaces = []
+        codes = {name[:-3]: code for name, code in provenance.helpers.items()}
+        sys.meta_path.insert(place, CodeFinder(codes, frozenset(), True, "", {}))
+    texts = [(target, submission["files"][os.path.basename(target)])] if kind == "py" else \
+        [(label, source) for unit in submission.get("units", []) for label, source
+         in unit["statements"]]
+    compiled = []
+    for label, source in texts:
+        try:
+            compiled.append((label, provenance.compile_read(source, label)))
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            errors.append(f"{os.path.basename(label) if kind == 'py' else label}: "
+                          f"{type(exc).__name__}: {exc}")
+            compiled.append((label, None))
+    return provenance, compiled, errors
+
+
+def _run_submission(submission: dict, compiled: list, provenance, errors: list,
+                    config: dict) -> list[dict]:
+    """Run what was compiled (armed: the hook refuses code the grader did not read); the
+    submission's module dicts, one per unit (a .py, an importable module: one)."""
+    kind, target = submission["kind"], submission["target"]
     if kind == "module":
+        namespaces = []
         try:
             namespaces.append(vars(importlib.import_module(target)))
         except BaseException as exc:
             errors.append(f"import {target}: {type(exc).__name__}: {exc}")
         _read_modules(provenance, config.get("paths", []))
-    elif kind == "py":
-        module = types.ModuleType("submission")
-        module.__file__ = target
-        sys.modules["submission"] = module
-        provenance.namespaces.append(vars(module))
-        try:
-            exec(provenance.compile_read(submission["files"][os.path.basename(target)], target),
-                 module.__dict__)
-        except BaseException as exc:
-            errors.append(f"{os.path.basename(target)}: {type(exc).__name__}: {exc}")
-        namespaces.append(vars(module))
     else:
-        namespaces = [_exec_statements(unit, errors, provenance) for unit in submission["units"]]
+        units = [{"name": "submission", "file": target, "count": 1}] if kind == "py" else \
+            [{"name": f"submission_{u['name'].split('.')[0]}", "file": u["name"],
+              "count": len(u["statements"])} for u in submission["units"]]
+        namespaces, codes = [], iter(compiled)
+        for unit in units:
+            module = types.ModuleType(unit["name"])
+            module.__file__ = unit["file"]
+            sys.modules[module.__name__] = module
+            provenance.namespaces.append(vars(module))
+            for _ in range(unit["count"]):
+                label, code = next(codes)
+                try:
+                    if code is not None:
+                        exec(code, module.__dict__)
+                except BaseException as exc:  # SystemExit and KeyboardInterrupt included
+                    shown = os.path.basename(label) if kind == "py" else label
+                    errors.append(f"{shown}: {type(exc).__name__}: {exc}")
+            namespaces.append(vars(module))
     provenance.namespaces += [vars(m) for m in list(sys.modules.values())
                               if getattr(m, "__file__", None) in provenance.origins]
+    return namespaces
+
+
+def _judge(submission: dict, namespaces: list[dict], unread_of) -> tuple[dict, dict, dict]:
+    """(functions, statuses, unread) of each graded function: "unread" where its code, or code
+    of the submission it reaches, is not code the grader read (`unread_of`: None, judge none)."""
+    from autograder.protocol.answers import function_status
+    from course.registry import GRADED_FUNCTIONS  # as the grader sent it
+
     functions, statuses, unread = {}, {}, {}
     for name in GRADED_FUNCTIONS:
-        if kind == "units":
+        if submission["kind"] == "units":
             index = submission["providers"].get(name)
             function = namespaces[index].get(name) if index is not None else None
         else:
@@ -253,17 +319,45 @@ def load(config: dict):
         functions[name] = function
         statuses[name] = function_status(
             function, function is not None and getattr(function, "__grader_stub__", None) == name)
-        why = provenance.unread(function) if statuses[name] == "ok" and not allow_unread else None
+        why = unread_of(function) if statuses[name] == "ok" and unread_of else None
         if why:
             statuses[name], unread[name] = "unread", why
-    # a stage whose reference is a stub here (the stage under test and later ones, or one a
-    # student edition has not revealed) runs on the submission's own version, where it has one
-    # (not its unwritten release stub: then the stub's own message names the notebook to write)
-    stand_in_for_stubs({n: f for n, f in functions.items()
-                        if statuses[n] == "ok" and written(submission, n)}, namespaces)
-    state = SubmissionState(functions, statuses, config["device"], counter,
-                            provenance=None if allow_unread else provenance)
-    return state, errors, unread, provenance.captured
+    return functions, statuses, unread
+
+
+def _rechecking(functions: dict, unread_of):
+    """recheck(name): why graded `name` is not, right before a call, the function judged at load
+    (another object, its `__code__` another, or code it reaches made since); None when it still
+    is."""
+    functions = dict(functions)
+    judged = {name: getattr(f, "__code__", None) for name, f in functions.items()}
+
+    def recheck(name: str) -> str | None:
+        function = functions[name]
+        if getattr(function, "__code__", None) is not judged[name]:
+            return f"the code of {name} changed after the grader read it"
+        return unread_of(function) if unread_of else None
+
+    return recheck
+
+
+def _refuse_signal_handlers() -> None:
+    """A handler the submission installed would be handed the frame a signal interrupts (the
+    grader's own, perhaps): `signal.signal` refuses, and where the sandbox's seccomp is loaded
+    a filter refuses setting any handler (a fresh `_signal` module cannot get round it)."""
+    import _signal
+    import signal
+
+    refused = NEUTRAL["refusal"]("signal handlers are refused while grading: a handler is "
+                                 "handed the frame the signal interrupts, the grader's own")
+    signal.signal = _signal.signal = refused
+    seccomp = sys.modules.get("pyseccomp")
+    if seccomp is not None:
+        import errno
+
+        rules = seccomp.SyscallFilter(seccomp.ALLOW)
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), "rt_sigaction", seccomp.Arg(1, seccomp.NE, 0))
+        rules.load()
 
 
 def _read_modules(provenance, paths: list[str]) -> None:
@@ -296,7 +390,7 @@ def _written(submission: dict, name: str) -> bool:
 def serve(answer_fd: int, order: dict) -> None:
     """A child's life: read its configuration, fork its data-parallel ranks where its order asks
     for them (`autograder.untrusted.ranks`), load the submission, answer probes until EOF."""
-    from autograder.protocol.answers import exception_answer
+    from autograder.protocol.answers import error_answer, exception_answer
     from autograder.untrusted.probes import handle, to_plain
 
     receive, send = _channel()
@@ -313,8 +407,17 @@ def serve(answer_fd: int, order: dict) -> None:
         try:
             response = handle(state, request)
         except BaseException as exc:  # a probe must answer, whatever the submission did
-            response = exception_answer(exc)
+            response = _answer_for(exc, exception_answer, error_answer)
         send(answer_fd, to_plain(response))
+
+
+def _answer_for(exc: BaseException, exception_answer, error_answer) -> dict:
+    """The error answer for what a call raised; its type's name alone where describing it
+    raises too (a refusal met while its traceback is formatted, a hostile `__str__`)."""
+    try:
+        return exception_answer(exc)
+    except BaseException:
+        return error_answer(type(exc).__name__, "")
 
 
 def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:

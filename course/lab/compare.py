@@ -16,14 +16,17 @@ the clipping the variants differ by actually acts.
 over steps, one curve per variant, mean over seeds, with the table beside it), `compare.md` (the
 table) and `compare.json` (every run's numbers and curve). A non-empty DIR is refused unless
 `--overwrite`: nothing a student ran before is lost. A Ctrl-C stops at once and says how many runs
-are whole.
+are whole. The guards here (`refuse_repeats`, `refuse_missing_extras`, `stop_if_interrupted`,
+`command`) are also those of notebook 08's experiments (`course.lab.experiments`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -51,6 +54,49 @@ PER_RUN = ("pg_method", "normalization", "seed")
 DEFAULTS = dict(steps=60, updates_per_rollout=2, eval_problems=100, eval_samples=2, eval_every=20)
 COLUMNS = ("sampled before", "sampled after", "greedy after", "entropy", "KL", "wall s")
 STYLES = {"sequence": "-", "token": "--", "constant": ":"}
+# TrainConfig fields that need an optional extra: field -> (the module it imports, the extra)
+EXTRAS = {"lora_rank": ("peft", "lora")}
+
+
+def repeats(values) -> list[str]:
+    """The values given more than once, as text: a repeated seed is the same run again."""
+    values = list(values)
+    return sorted({str(v) for v in values if values.count(v) > 1})
+
+
+def refuse_repeats(parser: Parser, flags: dict) -> None:
+    """A usage error naming the first flag (flag -> its values) that repeats a value."""
+    for flag, values in flags.items():
+        if repeated := repeats(values):
+            parser.error(f"argument {flag}: {' '.join(repeated)} given twice; a repeat is the same "
+                         "run again, not another sample")
+
+
+def refuse_missing_extras(parser: Parser, config: TrainConfig) -> None:
+    """A usage error naming the flag and the extra, before any run, where `config` asks for what
+    an extra that is not installed gives (`--lora-rank` needs peft, the `lora` extra)."""
+    for field, (module, extra) in EXTRAS.items():
+        if getattr(config, field) and importlib.util.find_spec(module) is None:
+            parser.error(f"argument --{field.replace('_', '-')}: needs {module}, which is not "
+                         f"installed: it is the `{extra}` extra (pip install -e \".[{extra}]\")")
+
+
+def stop_if_interrupted(summary: dict) -> dict:
+    """`summary`, unless it is that of a run cut short by Ctrl-C (`course.loop.train.train`
+    returns one): then KeyboardInterrupt, so that the cut-short run is never taken for a whole one."""
+    if summary.get("interrupted"):
+        raise KeyboardInterrupt
+    return summary
+
+
+def command(main: Callable[[], int], nothing: str) -> None:
+    """Run a command's `main` as `python -m`: a Ctrl-C outside its runs (while torch loads) exits
+    INTERRUPTED saying `nothing` (what was not written), never with a traceback."""
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # amid a run, `main` says more
+        print(f"interrupted (Ctrl-C): {nothing}", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
 
 
 def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path, log=print,
@@ -65,9 +111,7 @@ def run_variants(base: TrainConfig, pg_methods, normalizations, seeds, out: Path
             for seed in seeds:
                 config = replace(base, pg_method=pg_method, normalization=normalization, seed=seed)
                 folder = out / f"{pg_method}-{normalization}-seed{seed}"
-                summary = train(config, folder, progress=False)
-                if summary.get("interrupted"):  # Ctrl-C amid this run's steps (`train`)
-                    raise KeyboardInterrupt
+                summary = stop_if_interrupted(train(config, folder, progress=False))
                 records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
                 curve = [(0, summary["accuracy_before"])] + [
                     (r["step"], r["heldout_accuracy_sampled"]) for r in records if "heldout_accuracy_sampled" in r]
@@ -149,16 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
     pg_methods, normalizations, seeds = args.pop("pg_methods"), args.pop("normalizations"), args.pop("seeds")
-    for flag, values in (("--pg-methods", pg_methods), ("--normalizations", normalizations),
-                         ("--seeds", seeds)):
-        if repeated := sorted({str(v) for v in values if values.count(v) > 1}):
-            parser.error(f"argument {flag}: {' '.join(repeated)} given twice; a repeat is the same "
-                         "run again, not another sample")
+    refuse_repeats(parser, {"--pg-methods": pg_methods, "--normalizations": normalizations,
+                            "--seeds": seeds})
     base = TrainConfig(**args)
     try:
         validate(base, world_size=1)
     except ConfigError as error:
         parser.error(f"argument --{error.field.replace('_', '-')}: {error.message}")
+    refuse_missing_extras(parser, base)
     if problem := unwritable(out):
         parser.error(f"argument --out: {problem}")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -184,8 +226,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:  # while torch loads or between runs; amid one, `main` says more
-        print("interrupted (Ctrl-C): no compare.md, .json or .png", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
+    command(main, "no compare.md, .json or .png")

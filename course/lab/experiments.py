@@ -18,7 +18,10 @@ answer, graded by a person (nbgrader's manually graded cells, `course.registry.W
   clipping     PPO's clip on or off (Schulman et al. 2017, arXiv 1707.06347) at four optimizer steps
                per rollout, the only way the policy moves away from the one that sampled
 
-What each arm measured, for two seeds, is in benchmarks/README.md ("Written experiments").
+What each arm measured, for two seeds, is in benchmarks/README.md ("Written experiments"). The
+command has `course.lab.compare`'s guards: a repeated or negative seed is refused by name, and a
+Ctrl-C stops at once, says which experiments are whole and exits 130, never reporting a cut-short
+run as a whole one.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from dataclasses import dataclass, replace
 import matplotlib
 from matplotlib.figure import Figure
 
-from course.cli import Parser
+from course.cli import INTERRUPTED, Parser
+from course.lab.compare import command, refuse_repeats, repeats, stop_if_interrupted
 from course.lab.failure_runs import HEALTHY, KEPT, rounded, trained_records
 from course.loop.plotting import COURSE_STYLE
+from course.loop.train_config import MAX_SEED, flag_types
 
 
 @dataclass(frozen=True)
@@ -80,19 +85,24 @@ def run_experiment(name: str, implementations=None, seeds=SEEDS, steps: int | No
     """Train both arms of experiment `name` for each seed (CPU, one thread, `steps` steps: the
     experiment's own by default) with `implementations`' stages (None: the reference's). The held-out
     accuracy is measured once, after the last step. Returns arm -> seed -> records (4 significant
-    digits, `KEPT` metrics)."""
+    digits, `KEPT` metrics); KeyboardInterrupt where a run was cut short by Ctrl-C."""
     experiment = experiment_named(name)
     steps = experiment.steps if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
+    if bad := [s for s in seeds if not 0 <= s <= MAX_SEED]:
+        raise ValueError(f"seeds must be in [0, {MAX_SEED}], got {bad[0]}")
+    if repeated := repeats(seeds):
+        raise ValueError(f"seeds must differ: {' '.join(repeated)} given twice")
     results: Results = {}
     for arm, options in experiment.arms.items():
         results[arm] = {}
         for seed in seeds:
             config = replace(HEALTHY, **options, steps=steps, eval_every=steps, seed=seed, threads=1)
             records, summary = trained_records("healthy", config, implementations=implementations)
+            stop_if_interrupted(summary)
             results[arm][seed] = [{key: rounded(r[key]) for key in KEPT if key in r} for r in records]
             log(f"{arm}, seed {seed}: {steps} steps in {summary['wall_seconds']:.0f} s")
     return results
@@ -142,17 +152,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course.lab.experiments", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"experiments to run, of {', '.join(EXPERIMENTS)} (default: all)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="seeds of each arm")
+    parser.add_argument("--seeds", type=flag_types()["seed"], nargs="+", default=list(SEEDS),
+                        help="seeds of each arm, each once")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in EXPERIMENTS]
     if unknown:
         parser.error(f"argument NAME: {unknown[0]!r} is not one of {', '.join(EXPERIMENTS)}")
-    for name in args.names or EXPERIMENTS:
-        print(f"\n## {name}: {EXPERIMENTS[name].question}\n")
-        results = run_experiment(name, seeds=tuple(args.seeds))
-        print("\n" + experiment_table(name, results))
+    refuse_repeats(parser, {"NAME": args.names, "--seeds": args.seeds})
+    names, done = args.names or list(EXPERIMENTS), 0
+    try:
+        for name in names:
+            print(f"\n## {name}: {EXPERIMENTS[name].question}\n")
+            results = run_experiment(name, seeds=tuple(args.seeds))
+            print("\n" + experiment_table(name, results))
+            done += 1
+    except KeyboardInterrupt:
+        print(f"interrupted (Ctrl-C) after {done} of {len(names)} experiments: the tables above "
+              "are whole; the experiment cut short has none", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command(main, "no table")

@@ -1,4 +1,4 @@
-"""Recorded GRPO runs that go wrong: the failure-mode lab of notebook 08.
+"""Recorded GRPO runs that go wrong: the failure-mode lab of notebook 09.
 
     python -m course.lab.failure_runs                 # writes course/checkpoints/failure_runs/*.json
     python -m course.lab.failure_runs --out DIR --steps 2 --runs healthy
@@ -19,8 +19,10 @@ Most runs change `TrainConfig` options (`RUNS`). Two inject what no option sets 
 - hackable_reward: a reward with a loophole (`loophole_reward_fn`): it pays for the right answer
   and for any longer answer, while the held-out accuracy stays the strict r1-zero answer check.
 
-The lab's answers: `LABELS` (with `DISTRACTORS`, the `CHOICES`) and `SIGNATURE_PANELS`, which
-`check_guess` checks a guess and a panel against; `rerun` trains a run again with a repaired option.
+The lab shows each run under a letter, without its name, beside its control (`lab_runs`,
+`control_of`). Its answers: `LABELS` (with `DISTRACTORS`, the `CHOICES`) and `SIGNATURE_PANELS`,
+which `check_guess` checks against; `reveal` maps a letter to its run; `rerun` trains a run again
+with an option changed (the repair's learning-rate search, `course.lab.lr_search`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import math
 import tempfile
 import types
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -60,17 +62,21 @@ INJECTED = {
 KEPT = ("step", "reward_mean", "format_reward_mean", "kl_to_reference", "gradient_norm",
         "response_length", "groups_with_signal", "token_entropy", "clip_fraction",
         "heldout_accuracy_sampled", "heldout_format_sampled", "heldout_accuracy_greedy")
-# the order of the lab's "Run A", "Run B", ... (not the order of RUNS, which names them)
+# the runs behind the lab's "Run A", "Run B", ... (not the order of RUNS, which names them)
 LAB_ORDER = ("kl_strong", "high_lr", "no_baseline", "hackable_reward", "per_micro_batch")
+LETTERS = tuple(chr(ord("A") + i) for i in range(len(LAB_ORDER)))
 # what every record holds (the held-out metrics are there every eval_every steps only)
 PER_STEP = KEPT[:9]
 # name: the lab's label for it
 LABELS = {"high_lr": "too high a learning rate", "no_baseline": "no baseline", "kl_strong": "KL too strong",
           "hackable_reward": "a hackable reward", "per_micro_batch": "per-micro-batch normalization"}
-# labels that no lab run is, each a failure these curves could show: with them, elimination does
-# not name the last run
-DISTRACTORS = ("entropy collapse from too low a temperature", "clip range too tight",
-               "rewards all equal (no signal)")
+# labels that no lab run is, each a failure with a signature these panels would show (so a run
+# can be told from it): with them, elimination does not name the last run
+DISTRACTORS = (
+    "entropy collapse from too low a temperature",  # groups with signal fall: G samples agree
+    "too low a learning rate",  # KL to the warm start far below the healthy run's, gradient not
+    "rewards all equal (no signal)",  # groups with signal 0 from step 1, every gradient norm 0
+)
 # sorted: an order taken from LAB_ORDER would give the answers away
 CHOICES = tuple(sorted([*LABELS.values(), *DISTRACTORS]))
 # the short name of each panel of `course.loop.plotting.WATCH` (in its order, each the start of its
@@ -82,9 +88,9 @@ PANELS = {"rollout reward": ("reward first 5", "reward last 10"),
           "groups with signal": ("groups with signal (mean)",),
           "format rate": ("format rate min",)}
 NO_PANEL = "none"  # the answer for a run that no panel tells apart
-# the run each lab run is compared with: per_micro_batch's bug against the same run without it,
-# since the healthy run differs from it in two options besides the bug
-COMPARED_WITH = {"per_micro_batch": "token"}
+# the run each lab run is drawn beside and checked against, where not the healthy run: the bug
+# against the same run without it (the healthy run differs from it in two options besides the bug)
+CONTROLS = {"per_micro_batch": "token"}
 # a panel shows a run's signature where one of its numbers differs from the compared run's by more
 # than this fraction of the larger: no_baseline's reward over the last 10 steps (0.35 against
 # 0.355) is noise, kl_strong's mean KL (0.0274 against 0.0766) is not
@@ -98,9 +104,23 @@ SIGNATURE_PANELS = {
     "hackable_reward": ("rollout reward", "KL to warm start", "response length", "format rate"),
     "per_micro_batch": (NO_PANEL,),
 }
-# the steps of the lab's repair (`rerun`): Run B's reward and format rate are 0 from step 2 on, so
-# 10 steps show whether a repair holds, in 11 to 13 s of CPU (benchmarks/README.md)
+# the steps of one probe of the lab's repair (`rerun`): Run B's reward and format rate are 0 from
+# step 2 on, so 10 steps show whether a rate holds, in 7 to 13 s of CPU (benchmarks/README.md)
 REPAIR_STEPS = 10
+
+
+@dataclass(frozen=True)
+class MysteryRun:
+    """A lab run as the student sees it before the reveal: its letter, its records and its
+    control's (`control_of`), and no name (`reveal` maps the letter to the recorded run)."""
+    letter: str
+    records: list[dict] = field(repr=False)
+    control: list[dict] = field(repr=False)
+
+
+def control_of(name: str) -> str:
+    """The recorded run that lab run `name` is drawn beside and checked against."""
+    return CONTROLS.get(name, "healthy")
 
 
 def rounded(value):
@@ -185,17 +205,19 @@ def record_run(name: str, steps: int, out: Path, progress: bool = False) -> Path
     return path
 
 
-def rerun(name: str, steps: int = REPAIR_STEPS, **repaired) -> list[dict]:
-    """Run `name` of `RUNS` again on the CPU for `steps` steps, with the options in `repaired` on
-    top of its own (e.g. `lr=1e-4`), seed 0 as recorded: its records, as `load_failure_run`'s.
-    The held-out accuracy is measured once, after the last step."""
-    unknown = [key for key in repaired if not hasattr(HEALTHY, key)]
+def rerun(name: str, steps: int = REPAIR_STEPS, implementations=None,
+          **changed) -> tuple[list[dict], dict]:
+    """Run `name` of `RUNS` again on the CPU for `steps` steps, with the options in `changed` on
+    top of its own (e.g. `lr=1e-4`), seed 0 as recorded, on `implementations`' stages (default:
+    the reference's): its records, as `load_failure_run`'s, and its summary (the held-out accuracy
+    before the first step and after the last)."""
+    unknown = [key for key in changed if not hasattr(HEALTHY, key)]
     if unknown:
         raise ValueError(f"not TrainConfig options: {', '.join(unknown)}")
     # why eval_every=steps: train() evaluates after the last step anyway; one evaluation, not two
-    config = replace(HEALTHY, **{**RUNS[name], **repaired}, steps=steps, eval_every=steps)
-    records, _ = trained_records(name, config)
-    return [{key: rounded(record[key]) for key in KEPT if key in record} for record in records]
+    config = replace(HEALTHY, **{**RUNS[name], **changed}, steps=steps, eval_every=steps)
+    records, summary = trained_records(name, config, implementations=implementations)
+    return [{key: rounded(record[key]) for key in KEPT if key in record} for record in records], summary
 
 
 def bug_weights(microbatch_tokens: list[list[int]]) -> tuple[float, float]:
@@ -231,10 +253,20 @@ def load_failure_run(name: str, folder: str | Path = RECORDED) -> dict:
     return run
 
 
-def lab_runs(folder: str | Path = RECORDED) -> dict[str, dict]:
-    """The failure runs under neutral labels, "Run A", "Run B", ..., in `LAB_ORDER`: the lab shows
-    a run without its name; `run["name"]` reveals it."""
-    return {f"Run {chr(ord('A') + i)}": load_failure_run(name, folder) for i, name in enumerate(LAB_ORDER)}
+def lab_runs(folder: str | Path = RECORDED) -> dict[str, MysteryRun]:
+    """The failure runs under neutral labels, "Run A", "Run B", ..., in `LAB_ORDER`, each with its
+    control's records and without its name (`reveal` gives the recorded run)."""
+    return {f"Run {letter}": MysteryRun(letter, load_failure_run(name, folder)["records"],
+                                        load_failure_run(control_of(name), folder)["records"])
+            for letter, name in zip(LETTERS, LAB_ORDER)}
+
+
+def reveal(letter: str, folder: str | Path = RECORDED) -> dict:
+    """The recorded run behind "Run `letter`" (`load_failure_run`'s: its name, what it changed,
+    its records)."""
+    if letter not in LETTERS:
+        raise ValueError(f"letter: expected one of {', '.join(LETTERS)}, got {letter!r}")
+    return load_failure_run(LAB_ORDER[LETTERS.index(letter)], folder)
 
 
 def signature(records: list[dict]) -> dict[str, float]:
@@ -304,16 +336,19 @@ def panel_verdict(name: str, panel: str | None, variable: str) -> str:
     return f"wrong: {panel!r} does not; it shows in {', '.join(map(repr, SIGNATURE_PANELS[name]))}"
 
 
-def check_guess(letter: str, run: dict, guess: str | None, panel: str | None) -> str:
-    """The lab's check of Run `letter` (the run `run` of `lab_runs`): the label guessed and the
-    panel that told it, each right or wrong, or how to answer (the variables guess_<letter> and
-    panel_<letter>); then the run's name and what it changed."""
+def check_guess(letter: str, guess: str | None, panel: str | None,
+                folder: str | Path = RECORDED) -> str:
+    """The lab's check of "Run `letter`" of `lab_runs`: the label guessed and the panel that told
+    it, each right or wrong, or how to answer (the variables guess_<letter> and panel_<letter>);
+    then the run's name, what it changed, and the run it was checked against."""
+    run = reveal(letter, folder)
     suffix = letter.lower()
     changed = ", ".join([*(f"{key}={value!r}" for key, value in run["changed"].items()),
                          *([run["injected"]] if "injected" in run else [])])
     return "\n".join([f"label: {label_verdict(run['name'], guess, f'guess_{suffix}')}",
                       f"panel: {panel_verdict(run['name'], panel, f'panel_{suffix}')}",
-                      f"Run {letter} is {run['name']}: {changed} ({LABELS[run['name']]})"])
+                      f"Run {letter} is {run['name']}: {changed} ({LABELS[run['name']]}); "
+                      f"checked against {control_of(run['name'])!r}"])
 
 
 def answer_or_none(answer: Callable[[], T]) -> T | None:
