@@ -10,11 +10,14 @@ evaluation step it prints the examples spent, the mean training wall time so far
 out) and the held-out answer accuracy, sampled at temperature 1 and greedy, as the mean ± the
 sample standard deviation over the seeds; then each method's wall and CPU time, and the machine.
 The runs go one after another in this process, so on an idle machine wall time is CPU time.
+Every run's curve, wall and CPU time go to `--json` too (`course/checkpoints/baselines.json`, which
+the baselines notebook plots without training).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import resource
@@ -29,6 +32,7 @@ from machine import cpu_model
 from course.baselines.budget import METHODS
 from course.baselines.run import run
 from course.lab.failure_runs import HEALTHY
+from course.paths import CHECKPOINTS
 
 ACCURACIES = ("heldout_accuracy_sampled", "heldout_accuracy_greedy")
 
@@ -60,6 +64,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("runs/bench_baselines"),
                         help="a folder per method and seed, as `python -m course.baselines` writes")
+    parser.add_argument("--json", type=Path, default=CHECKPOINTS / "baselines.json",
+                        help="every run's curve and times, for the notebook to plot")
     args = parser.parse_args()
     curves, times = {}, {}
     for method in args.methods:
@@ -86,8 +92,25 @@ def main() -> None:
     for method, pairs in times.items():
         walls, cpus = [w for w, _ in pairs], [c for _, c in pairs]
         print(f"{method:<17} {spread(walls):>15} {spread(cpus):>15}")
-    print(f"\nmachine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread, load average {os.getloadavg()[0]:.1f}")
+    machine = (f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+               f"{torch.get_num_threads()} thread, load average {os.getloadavg()[0]:.1f}")
+    print(f"\nmachine: {machine}")
+    record(args, curves, times, machine)
+
+
+def record(args: argparse.Namespace, curves: dict, times: dict, machine: str) -> None:
+    """Write `args.json`: per method, one entry per seed (its curve, wall and CPU seconds)."""
+    keep = ("step", "examples", "train_seconds") + ACCURACIES
+    runs = {method: [{"seed": seed, "wall_seconds": wall, "cpu_seconds": cpu,
+                      "curve": [{k: point[k] for k in keep} for point in points]}
+                     for seed, points, (wall, cpu) in zip(args.seeds, curves[method], times[method])]
+            for method in curves}
+    made = {"made_by": "python benchmarks/bench_baselines.py", "date": str(datetime.date.today()),
+            "machine": machine, "steps": args.steps, "eval_every": args.eval_every,
+            "prompts_per_step": HEALTHY.prompts_per_step, "group_size": HEALTHY.group_size,
+            "runs": runs}
+    args.json.write_text(json.dumps(made, indent=1) + "\n")
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

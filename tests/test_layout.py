@@ -7,6 +7,8 @@
       loop/                the trainer, models, tasks, rollouts: the top, submissions/, frontier/
       lab/                 notebooks 08-09's experiments and lab: nothing else imports it
       critic/              PPO with a critic, the loop's client: nothing else imports it
+      baselines/           SFT and expert iteration beside GRPO: the top and the loop only;
+                           nothing else imports the baselines
     autograder/            grades: imports course/, never instructor/
       trusted/             never imports untrusted/ (it never runs student code); nor the reverse:
       untrusted/           protocol/ is the only vocabulary the two sides share
@@ -82,7 +84,7 @@ def _inside(module: str, package: str) -> bool:
 
 
 COURSE_PACKAGES = ("course.submissions", "course.frontier", "course.loop", "course.lab",
-                   "course.critic")
+                   "course.critic", "course.baselines")
 TOP_MODULES_AT_MOST = 16
 
 
@@ -105,6 +107,11 @@ RULES = {
         _inside(b, p) for p in COURSE_PACKAGES if p != "course.frontier"),
     "nothing imports the lab but the lab": lambda a, b: _inside(b, "course.lab") and not _inside(a, "course.lab"),
     "nothing imports the critic but the critic": lambda a, b: _inside(b, "course.critic") and not _inside(a, "course.critic"),
+    "the baselines import the top and the loop only": lambda a, b: (
+        _inside(a, "course.baselines")
+        and (_inside(b, "course.submissions") or _inside(b, "course.lab"))),
+    "nothing imports the baselines but the baselines": lambda a, b: (
+        _inside(b, "course.baselines") and not _inside(a, "course.baselines")),
 }
 
 
@@ -161,8 +168,18 @@ def test_the_layout_test_sees_each_kind_of_violation():
     assert _entry_point(tree.body[0])
     planted_rules = {("course.train_step", "course.loop.models"): "course's top never imports a sub-package",
                      ("course.submissions.reader", "course.loop.rollout"): "submissions never import the loop or the lab",
-                     ("course.loop.train", "course.lab.compare"): "nothing imports the lab but the lab",
-                     ("course.loop.train", "course.critic.gae"): "nothing imports the critic but the critic",
+                     ("course.loop.train", "course.lab.compare"):
+                         "nothing imports the lab but the lab",
+                     ("course.baselines.run", "course.lab.failure_runs"):
+                         "the baselines import the top and the loop only",
+                     ("course.baselines.sft", "course.submissions.reader"):
+                         "the baselines import the top and the loop only",
+                     ("course.lab.compare", "course.baselines.run"):
+                         "nothing imports the baselines but the baselines",
+                     ("course.aggregation", "course.baselines.sft"):
+                         "course's top never imports a sub-package",
+                     ("course.loop.train", "course.critic.gae"):
+                         "nothing imports the critic but the critic",
                      ("course.train_step", "course.frontier.loss"):
                          "course's top never imports a sub-package",
                      ("course.frontier.loss", "course.loop.models"):
@@ -172,6 +189,9 @@ def test_the_layout_test_sees_each_kind_of_violation():
     assert not RULES["course's top never imports a sub-package"]("course.train", "course.loop.train")
     assert "course.loop.train" in EDGES["course.train"]  # the command's door into the loop
     assert "course.train" not in EDGES["course.loop.train"]  # one way: the loop knows no command
+    assert not RULES["the baselines import the top and the loop only"]("course.baselines.run",
+                                                                        "course.loop.train")
+    assert "course.loop.train" in EDGES["course.baselines.run"]  # the baselines are the loop's client
 
 
 def _top_modules(root: Path = ROOT) -> list[str]:
