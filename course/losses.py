@@ -140,16 +140,16 @@ def _off_policy_metadata(loss: torch.Tensor, ratio: torch.Tensor, mask: torch.Te
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_lower: float, clip_higher: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate, the loss core of both loss APIs.
 
-    Returns (−r·A, −clip(r)·A, their max), with clip(r) = clamp(r, 1 − clip_low,
-    1 + clip_high); ratio (B, T) or (B, 1), advantages broadcastable to it. The max
+    Returns (−r·A, −clip(r)·A, their max), with clip(r) = clamp(r, 1 − clip_lower,
+    1 + clip_higher); ratio (B, T) or (B, 1), advantages broadcastable to it. The max
     of the two losses is −min(r·A, clip(r)·A): the pessimistic bound.
     """
     unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_lower, 1 + clip_higher)
     unclipped, clipped = torch.broadcast_tensors(unclipped, clipped)
     return unclipped, clipped, torch.maximum(unclipped, clipped)
 
@@ -158,11 +158,11 @@ def cispo_loss(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
     log_probs: torch.Tensor,
-    clip_high: float,
+    clip_higher: float,
 ) -> torch.Tensor:
-    """CISPO: −sg(min(r, 1 + clip_high)) · A · log π, (B, T).
+    """CISPO: −sg(min(r, 1 + clip_higher)) · A · log π, (B, T).
 
     The weight is capped and detached, so it never drops a token's gradient.
     """
-    weight = torch.clamp(ratio, max=1 + clip_high).detach()
+    weight = torch.clamp(ratio, max=1 + clip_higher).detach()
     return (-advantages * weight * log_probs).expand_as(log_probs)
