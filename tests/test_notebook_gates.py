@@ -276,6 +276,8 @@ CITATION = re.compile(r"arXiv|et al\.|\bPR #|#\d{3,}|§|eq\. \d")
 DEFINITIONAL: dict[str, dict[str, str]] = {
     "02_scoring.ipynb": {"7B": "a class of model by size, as its name says"},
     "06_aggregation.ipynb": {"4.46": "a version of transformers"},
+    "08_end_to_end.ipynb": {"10^{-4}": "the loop's learning rate, as TrainConfig sets it",
+                            "3\\cdot10^{-4}": "the learning rate of a run the notebook describes"},
 }
 # The numbers of a notebook's prose that only its outputs hold, as written there:
 # test_the_printed_numbers_are_printed runs each notebook and finds every one in its outputs.
@@ -285,6 +287,10 @@ PRINTED: dict[str, tuple[str, ...]] = {
     "03_advantages.ipynb": ("1.1547", "0.6667", "0.3333"),
     "05_off_policy.ipynb": ("1.28",),
     "07_train_step.ipynb": ("1.1246", "1.3425"),
+    "09_failure_lab.ipynb": ("0.0274", "0.0766", "0.266", "59.5", "1.08", "0.0125", "3.47", "4.1",
+                             "0.0155", "19%", "0.39", "5.35", "0.748", "12.3", "7.95", "0.602",
+                             "0.547", "0.805", "1.215", "0.377", "0.344", "7.09", "8.02", "0.858",
+                             "0.863", "7.11", "0.906"),
     "10_real_model.ipynb": ("84.4", "98.1", "0.81", "32.4", "30.69", "30.94"),
     "11_frontier_losses.ipynb": ("0.058", "10^6"),
     "12_baselines.ipynb": ("0.520", "0.020", "0.927", "0.210", "0.140", "0.072",
