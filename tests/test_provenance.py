@@ -192,6 +192,27 @@ def test_what_the_library_does_with_frames_still_works(tmp_path):
     assert loaded["call"]["status"] == "ok", loaded["call"]
 
 
+def test_a_library_imported_first_in_a_graded_call_may_write_its_code_and_walk_its_frames(
+        tmp_path):
+    """mpmath writes methods from text as its module body runs, and sympy's dispatch walks its
+    own frames: both first imported from a graded call (transformers' lazy names import them)."""
+    loaded = _load(tmp_path, "import torch\n\n\ndef compute_entropy(logits):\n"
+                             "    import mpmath\n"
+                             "    import sympy.multipledispatch\n"
+                             "    return logits.sum(-1) * (mpmath.mpf(1) == 1)\n")
+    assert loaded["call"]["status"] == "ok", loaded["call"]
+
+
+def test_a_trampoline_in_the_submissions_own_module_body_is_still_refused(tmp_path):
+    """The import allowance covers library frames all the way down to the import machinery: a
+    helper of the submission's that walks frames through the library as it is imported is not."""
+    loaded = _load(tmp_path, "import torch\n\n\ndef compute_entropy(logits):\n"
+                             "    import stolen_frames\n    return logits.sum(-1)\n",
+                   stolen_frames="import traceback\n\nFRAMES = list(traceback.walk_stack(None))\n")
+    assert loaded["call"]["status"] == "error", loaded["call"]
+    assert "refused while grading" in loaded["call"]["message"]
+
+
 # ---- sandboxed: honest work keeps its marks ---------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("tier", ["bubblewrap", "landlock"])
