@@ -281,41 +281,17 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool, gi
     `given`: the code of the given chunked head's module, run once before the submission loads
     (its functions raise GIVEN_HEAD_EVENT, counted in `given_calls`)."""
     compiled = _text_rule(provenance, LIBRARY_ROOTS + theirs, refuse_text)
-    library = LIBRARY_ROOTS
     to_a_reader = _frame_rule(provenance.read, theirs)
     writers = _writers()
     inner, code_type, function_type = _inner.__code__, types.CodeType, types.FunctionType
     getframe, busy, loading, error, why_of = sys._getframe, [False], provenance._loading, \
         RuntimeError, dict(WHY)
     read, generated = provenance.read, provenance.generated
+    library_frame, importing_library = _library_rule(read, theirs)
     refused, frame_attributes, rebound = frozenset(REFUSED), frozenset(FRAME_ATTRIBUTES), \
         frozenset(REBOUND)
     startswith, as_str, type_of = str.startswith, str.__str__, type  # bound, as builtins are
     given_calls = provenance.given_calls
-
-    def library_frame(caller) -> bool:
-        """A frame of a library file's code, not the submission's (transformers' `copy_func`
-        copying a function it holds as its auto classes load). Library code can only copy or
-        run code that exists, and no unrevealed reference's code is in the process."""
-        filename = as_str(caller.f_code.co_filename)
-        return caller.f_code not in read and startswith(filename, library) \
-            and not startswith(filename, theirs)
-
-    def importing_library(caller) -> bool:
-        """A library module's first import, run from a graded call (torch imports sympy, and sympy
-        mpmath, lazily): library files' code all the way down to the import machinery (no frame
-        of the submission's between) may write code and walk its own frames as its module body
-        does. It runs from its own files; no
-        unrevealed reference's text is in the process, and a graded function is judged again
-        before every call."""
-        frame, depth = caller, 0
-        while frame is not None and depth < 64:
-            if startswith(as_str(frame.f_code.co_filename), "<frozen importlib"):
-                return depth > 0  # every frame above the import machinery was the library's
-            if not library_frame(frame):  # the submission's code, or its trampoline's caller
-                return False
-            frame, depth = frame.f_back, depth + 1
-        return False
 
     def nested(code, found: set) -> None:
         found.add(code)
@@ -371,6 +347,37 @@ def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool, gi
                         "objects in this process")
 
     return hook
+
+
+def _library_rule(read: set, theirs: tuple[str, ...]):
+    """(library_frame, importing_library), closures over plain locals as the hook is: what a
+    library's own code may do that the submission's may not."""
+    library, startswith, as_str = LIBRARY_ROOTS, str.startswith, str.__str__
+
+    def library_frame(caller) -> bool:
+        """A frame of a library file's code, not the submission's (transformers' `copy_func`
+        copying a function it holds as its auto classes load). Library code can only copy or
+        run code that exists, and no unrevealed reference's code is in the process."""
+        filename = as_str(caller.f_code.co_filename)
+        return caller.f_code not in read and startswith(filename, library) \
+            and not startswith(filename, theirs)
+
+    def importing_library(caller) -> bool:
+        """A library module's first import, run from a graded call (torch imports sympy, and sympy
+        mpmath, lazily): library files' code all the way down to the import machinery (no frame
+        of the submission's between) may write code and walk its own frames as its module body
+        does. It runs from its own files; no unrevealed reference's text is in the process, and
+        a graded function is judged again before every call."""
+        frame, depth = caller, 0
+        while frame is not None and depth < 64:
+            if startswith(as_str(frame.f_code.co_filename), "<frozen importlib"):
+                return depth > 0  # every frame above the import machinery was the library's
+            if not library_frame(frame):  # the submission's code, or its trampoline's caller
+                return False
+            frame, depth = frame.f_back, depth + 1
+        return False
+
+    return library_frame, importing_library
 
 
 def _writers() -> dict:

@@ -8,26 +8,13 @@ by name before torch loads (`course.cli`); GRPO's loss keeps `course.train`'s de
 
 from __future__ import annotations
 
-import sys
-from dataclasses import fields
 from pathlib import Path
 
 from course.baselines.budget import METHODS, SHARED_FIELDS, check
 from course.cli import INTERRUPTED, Parser, add_config_arguments
-from course.loop.progress import bars_drawn
+from course.loop.matched_budget import exit_with, grpo_only_fields, quiet_transformers, result_text
 from course.loop.train_config import ConfigError, TrainConfig, flag_types
 from course.train import out_problem
-
-
-def result_text(summary: dict, out: Path) -> str:
-    """A run's result as the command prints it: held-out accuracy before and after, and where."""
-    rows = [("sampled at τ = 1", "accuracy"), ("greedy", "greedy_accuracy")]
-    lines = [f"{summary['method']}: {summary['optimizer_steps']} optimizer steps, "
-             f"{summary['examples']} examples, {summary['wall_seconds']:.0f} s"]
-    lines += [f"  held-out accuracy, {label:<17} {summary[key + '_before']:.3f}  →  "
-              f"{summary[key + '_after']:.3f}" for label, key in rows]
-    lines.append(f"wrote {out}/ (metrics.jsonl, summary.json, policy.pt)")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for metrics.jsonl, summary.json and policy.pt")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run an --out folder already holds")
-    grpo_only = [field.name for field in fields(TrainConfig) if field.name not in SHARED_FIELDS]
-    add_config_arguments(parser, TrainConfig, types=flag_types(), exclude=grpo_only)
+    add_config_arguments(parser, TrainConfig, types=flag_types(),
+                         exclude=grpo_only_fields(SHARED_FIELDS))
     args = vars(parser.parse_args(argv))
     method, out, overwrite = args.pop("method"), args.pop("out"), args.pop("overwrite")
     if problem := out_problem(out, overwrite):
@@ -55,21 +42,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from course.baselines.run import run  # torch from here on
 
-    if not bars_drawn():  # a log: no "Loading weights" bar of transformers' either
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-
+    quiet_transformers()
     summary = run(method, config, out)
     if summary.get("interrupted"):
         return INTERRUPTED
-    print(result_text(summary, out))
+    print(result_text(summary["method"], "examples", summary, out,
+                      "metrics.jsonl, summary.json, policy.pt"))
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C): no summary.json written", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
+    exit_with(main)

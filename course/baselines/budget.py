@@ -10,8 +10,7 @@ demonstration of a distinct training problem.
 
 from __future__ import annotations
 
-from dataclasses import fields
-
+from course.loop.matched_budget import refuse_grpo_only
 from course.loop.train_config import ConfigError, TrainConfig, validate
 
 METHODS = ("sft", "expert_iteration", "grpo")
@@ -51,9 +50,4 @@ def check(method: str, config: TrainConfig) -> None:
         raise ConfigError("task", "must be addition (its demonstrations are known), got "
                           f"{config.task!r}")
     if method != "grpo":
-        default = TrainConfig()
-        for field in fields(TrainConfig):
-            name = field.name
-            if name not in SHARED_FIELDS and getattr(config, name) != getattr(default, name):
-                raise ConfigError(name, f"shapes GRPO's loss only; --method {method} leaves it "
-                                  f"at {getattr(default, name)!r}")
+        refuse_grpo_only(config, SHARED_FIELDS, f"--method {method}")

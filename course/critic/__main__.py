@@ -8,27 +8,15 @@ checked by name before torch loads (`course.cli`).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields
 from pathlib import Path
 
-from course.cli import INTERRUPTED, Parser, add_config_arguments
+from course.cli import Parser, add_config_arguments
 from course.critic.config import SHARED_FIELDS, CriticConfig, check, flag_types
-from course.loop.progress import bars_drawn
+from course.loop.matched_budget import exit_with, grpo_only_fields, quiet_transformers, result_text
 from course.loop.train_config import ConfigError, TrainConfig
 from course.loop.train_config import flag_types as train_flag_types
 from course.train import out_problem
-
-
-def result_text(summary: dict, out: Path) -> str:
-    """A run's result as the command prints it: held-out accuracy before and after, and where."""
-    rows = [("sampled at τ = 1", "accuracy"), ("greedy", "greedy_accuracy")]
-    lines = [f"ppo: {summary['optimizer_steps']} optimizer steps, {summary['examples']} rollouts, "
-             f"{summary['wall_seconds']:.0f} s"]
-    lines += [f"  held-out accuracy, {label:<17} {summary[key + '_before']:.3f}  →  "
-              f"{summary[key + '_after']:.3f}" for label, key in rows]
-    lines.append(f"wrote {out}/ (metrics.jsonl, summary.json, policy.pt, value_head.pt)")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for metrics.jsonl, summary.json, policy.pt, value_head.pt")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run an --out folder already holds")
-    grpo_only = [field.name for field in fields(TrainConfig) if field.name not in SHARED_FIELDS]
-    add_config_arguments(parser, TrainConfig, types=train_flag_types(), exclude=grpo_only)
+    add_config_arguments(parser, TrainConfig, types=train_flag_types(),
+                         exclude=grpo_only_fields(SHARED_FIELDS))
     add_config_arguments(parser, CriticConfig, types=flag_types())
     args = vars(parser.parse_args(argv))
     out, overwrite = args.pop("out"), args.pop("overwrite")
@@ -55,17 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from course.critic.run import run  # torch from here on
 
-    if not bars_drawn():  # a log: no "Loading weights" bar of transformers' either
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-    print(result_text(run(config, critic, out), out))
+    quiet_transformers()
+    print(result_text("ppo", "rollouts", run(config, critic, out), out,
+                      "metrics.jsonl, summary.json, policy.pt, value_head.pt"))
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C): no summary.json written", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
+    exit_with(main)

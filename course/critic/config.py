@@ -9,9 +9,10 @@ followed by `updates_per_rollout` optimizer steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from course.cli import bounded_types, out_of_range
+from course.loop.matched_budget import refuse_grpo_only
 from course.loop.train_config import ConfigError, TrainConfig, validate
 
 # The TrainConfig fields a PPO run reads; every other one shapes GRPO's loss alone.
@@ -56,9 +57,4 @@ def check(config: TrainConfig, critic: CriticConfig) -> None:
     for name, bound in BOUNDS.items():
         if problem := out_of_range(getattr(critic, name), *bound):
             raise ConfigError(name, problem)
-    default = TrainConfig()
-    for field in fields(TrainConfig):
-        name = field.name
-        if name not in SHARED_FIELDS and getattr(config, name) != getattr(default, name):
-            raise ConfigError(name, f"shapes GRPO's loss only; PPO leaves it at "
-                                    f"{getattr(default, name)!r}")
+    refuse_grpo_only(config, SHARED_FIELDS, "PPO")
