@@ -193,6 +193,7 @@ def load(config: dict):
     """The submission loaded, and what the grader needs to know of it: (state, errors, unread:
     {graded function: why its code is not the code the grader read}, captured: [(origin, source
     text)] that the library wrote for it, or that it tried to compile, or a helper it served)."""
+    from autograder.protocol.answers import function_status
     from autograder.protocol.markers import GIVEN_HEAD
     from autograder.untrusted.probes import SubmissionState
 
@@ -223,7 +224,7 @@ def load(config: dict):
     _hide_grader()  # from here on the submission's code runs
     namespaces = _run_submission(submission, compiled, provenance, errors, config)
     functions, statuses, unread = _judge(submission, namespaces,
-                                         None if allow_unread else unread_of)
+                                         None if allow_unread else unread_of, function_status)
     recheck = _rechecking(functions, None if allow_unread else unread_of)  # what was judged
     # a stage whose reference is a stub here (the stage under test and later ones, or one a
     # student edition has not revealed) runs on the submission's own version, where it has one
@@ -305,10 +306,11 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
     return namespaces
 
 
-def _judge(submission: dict, namespaces: list[dict], unread_of) -> tuple[dict, dict, dict]:
+def _judge(submission: dict, namespaces: list[dict], unread_of,
+           function_status) -> tuple[dict, dict, dict]:
     """(functions, statuses, unread) of each graded function: "unread" where its code, or code
-    of the submission it reaches, is not code the grader read (`unread_of`: None, judge none)."""
-    from autograder.protocol.answers import function_status
+    of the submission it reaches, is not code the grader read (`unread_of`: None, judge none);
+    `function_status` is bound before the grader's modules leave `sys.modules`."""
     from course.registry import GRADED_FUNCTIONS  # as the grader sent it
 
     functions, statuses, unread = {}, {}, {}
