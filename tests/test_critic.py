@@ -2,11 +2,10 @@
 loss, the PPO step's exactness under accumulation, the command line, and a 2-step run."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+from command_lines import refused_before_torch
 
 from course.aggregation import masked_mean
 from course.critic import ppo_step
@@ -266,11 +265,8 @@ def test_the_command_line_refuses_a_bad_flag_by_name(tmp_path, capsys, flags, fl
 
 
 def test_a_bad_flag_is_refused_before_torch_loads():
-    code = ("import sys\nfrom course.critic.__main__ import main\ntry:\n"
-            "    main(['--lam', '2', '--out', 'unused'])\n"
-            "except SystemExit:\n    print('torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.stdout.strip() == "False" and "--lam" in result.stderr
+    torch_loaded, error = refused_before_torch("course.critic.__main__", ['--lam', '2', '--out', 'unused'])
+    assert not torch_loaded and "--lam" in error
 
 
 def test_a_grpo_only_setting_is_refused_and_a_bad_critic_setting_named():
