@@ -24,6 +24,7 @@ import torch
 from test_autograder import MUTANTS
 from test_portability import grade_in_process
 
+from autograder.trusted.checks.off_policy import make_kl
 from autograder.trusted.core import Fail, compare, compare_scalar, precision
 from autograder.trusted.reference import reference
 from course.registry import GRADED_FUNCTIONS
@@ -121,6 +122,45 @@ def test_every_mutant_computing_in_float32_still_loses_its_check(bug):
     namespace = {name: in_float32(f) for name, f in _mutant(bug).items()}
     lost = {n: o for n, o in _lost(grade_in_process(namespace, (function,))).items() if words in n}
     assert any(diagnosis in output for output in lost.values()), (bug, lost)
+
+
+# ---- item: δ in float32, the ratio in float64 -------------------------------------------------
+def _ratio_k1(combine):
+    """estimate_kl with ratio_k1 = combine(δ taken in float32, ratio kept in float64)."""
+    honest = reference("estimate_kl")
+
+    def estimate_kl(new_logprobs, ref_logprobs, estimator, ratio=None, response_mask=None):
+        if estimator != "ratio_k1":
+            return honest(new_logprobs, ref_logprobs, estimator, ratio, response_mask)
+        return combine(new_logprobs.float() - ref_logprobs.float(), ratio)
+    return estimate_kl
+
+
+MIXED_KL = {"ratio·δ": (lambda d, r: r * d, None),
+            "δ / ratio": (lambda d, r: d / r, "δ / ratio instead of ratio·δ"),
+            "δ": (lambda d, r: d.double(), "k1 without the ratio")}
+
+
+@pytest.mark.parametrize("shape", MIXED_KL)
+def test_ratio_k1_from_a_float32_delta_is_judged_by_its_formula(shape):
+    """The mixed answer misses the float64 tolerance by δ's float32 rounding (3.6e-7 at most
+    on fresh seeds 0-499) and passes; the known mistakes in the same precision keep their
+    diagnoses (500 seeds: benchmarks/README.md, "Float32 answers to float64 cases")."""
+    combine, diagnosis = MIXED_KL[shape]
+    function = _ratio_k1(combine)
+    for seed in range(12):
+        (lost,) = [o for n, (s, top, o) in grade_in_process(
+            {"estimate_kl": function}, ("estimate_kl",), seed=seed).items()
+            if "k1, k2" in n and s < top] or [None]
+        if diagnosis is None:
+            assert lost is None, (seed, lost)
+        else:
+            assert diagnosis in lost, (seed, lost)
+    # the seeds have teeth: seed 9's honest answer fails the float64 tolerance alone
+    inputs = make_kl(9)
+    with pytest.raises(Fail, match="does not match"):
+        compare(_ratio_k1(MIXED_KL["ratio·δ"][0])(**inputs, estimator="ratio_k1"),
+                inputs["ratio"] * (inputs["new_logprobs"] - inputs["ref_logprobs"]), "ratio_k1")
 
 
 # ---- item: a near miss never cascades ----------------------------------------------------------

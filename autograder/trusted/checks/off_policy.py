@@ -13,7 +13,19 @@ from autograder.trusted.checks.common import (
     reference_gradient,
     run_reference,
 )
-from autograder.trusted.core import Fail, Mistake, case, check, compare, item, judge_cases, tensor
+from autograder.trusted.core import (
+    VALUES,
+    Fail,
+    Mistake,
+    bounds,
+    case,
+    check,
+    close,
+    compare,
+    item,
+    judge_cases,
+    tensor,
+)
 from course.off_policy import GRPO_LOSS_FNS
 from course.variants import KL_ESTIMATORS
 
@@ -36,6 +48,26 @@ def make_kl(seed: int) -> dict:
             "ratio": torch.rand(3, 5, generator=g, dtype=torch.float64) + 0.5}
 
 
+# ratio·δ with δ taken in float32 and the ratio kept in float64 is a float64 answer that carries
+# δ's float32 rounding, ≤ 2^-24·r·(|log π| + |log π_ref|) (IEEE 754 rounding of the two inputs;
+# Higham §1.7), 3.6e-7 at most on fresh seeds 0-499: more than the float64 atol where δ is
+# small, and `bounds` widens only answers made entirely of float32 numbers. Such an answer is
+# accepted as the reference's on the log-probs rounded to float32: ratio_k1 = r·δ (B, T) is
+# linear in δ, so that answer is the stored one moved by r·(δ₃₂ − δ) exactly, and the
+# subtraction's own float32 rounding (2^-24·|δ|) is inside rtol. The known mistakes (δ/r, δ)
+# still miss it by O(δ) (benchmarks/README.md, "Float32 answers to float64 cases").
+def _rounded_delta(inputs: dict) -> torch.Tensor:
+    """δ of log-probs rounded to float32, computed exactly in float64 (B, T)."""
+    return inputs["new_logprobs"].float().double() - inputs["ref_logprobs"].float().double()
+
+
+def _matches(got, expected: torch.Tensor) -> bool:
+    """`got` is a tensor within the float64 tolerance (widened as `compare` does) of `expected`."""
+    if type(got) is not torch.Tensor:
+        return False
+    return close(got, expected, *bounds(VALUES, got, expected))
+
+
 @check(KL, "k1, k2, k3 and ratio·δ match (δ = log π − log π_ref)", points=2)
 def kl_values(ctx) -> None:
     def judge(run):
@@ -56,7 +88,11 @@ def kl_values(ctx) -> None:
                                          lambda: delta)]}
         for index, k in enumerate(KL_ESTIMATORS):
             got = ctx.call(KL, {**run.inputs, "estimator": k})["output"]
-            compare(got, run.expected["values"][index], f"estimator {k!r}", mistakes[k])
+            expected = run.expected["values"][index]
+            if k == "ratio_k1" and _matches(got, expected + ratio * (_rounded_delta(run.inputs)
+                                                                      - delta)):
+                continue
+            compare(got, expected, f"estimator {k!r}", mistakes[k])
     judge_cases(ctx, f"{KL}/batch", judge)
 
 
