@@ -44,7 +44,13 @@ from autograder.trusted.reference import (  # noqa: E402
 )
 from autograder.trusted.similarity import resemblance  # noqa: E402
 from course.registry import GRADED_FUNCTIONS  # noqa: E402
-from instructor.classmates import PAIR_THRESHOLD, graded_prints  # noqa: E402
+from instructor.classmates import (  # noqa: E402
+    PAIR_FUNCTIONS,
+    PAIR_THRESHOLD,
+    cross_matches,
+    definition_prints,
+    graded_prints,
+)
 
 
 def copy_shares(disguise: str) -> dict[str, float]:
@@ -59,6 +65,26 @@ def honest_pairs() -> dict[tuple[str, str, str], float]:
     return {(a, b, f): resemblance(set(prints[a][f]), set(prints[b][f]))
             for i, a in enumerate(names) for b in names[i + 1:]
             for f in prints[a].keys() & prints[b].keys()}
+
+
+def honest_cross_pairs() -> list[tuple[list[float], str, str]]:
+    """[(the best shares of one-to-one matched definitions, most similar first, entry, entry)]
+    over every pair of corpus entries, names ignored (`classmates.cross_matches` at threshold 0),
+    the pair whose PAIR_FUNCTIONS-th match is highest first."""
+    import instructor.classmates as classmates
+
+    prints = {Path(spec).name: {k: set(v) for k, v in definition_prints(str(ROOT / spec)).items()}
+              for spec in CORPUS[:-1]}
+    names, threshold, rows = sorted(prints), classmates.PAIR_THRESHOLD, []
+    classmates.PAIR_THRESHOLD = 0.0
+    try:
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                shares = sorted(cross_matches(prints[a], prints[b]).values(), reverse=True)
+                rows.append((shares + [0.0] * PAIR_FUNCTIONS, a, b))
+    finally:
+        classmates.PAIR_THRESHOLD = threshold
+    return sorted(rows, key=lambda row: (-row[0][PAIR_FUNCTIONS - 1], row[1:]))
 
 
 def classmate_copy_shares() -> dict[str, float]:
@@ -102,6 +128,13 @@ def main() -> None:
           + "; ".join(f"{a} ~ {b} on {f}: {pairs[a, b, f]:.2f}" for a, b, f in ranked[:3])
           + f"; a near-copy of a classmate at least {copy_pair:.2f}; pair threshold "
           f"{PAIR_THRESHOLD:.2f} on two functions")
+    cross = honest_cross_pairs()
+    print("classmates, every definition against every other's, names ignored: the honest pairs "
+          f"whose match number {PAIR_FUNCTIONS} is highest: "
+          + "; ".join(f"{a} ~ {b}: {', '.join(f'{x:.2f}' for x in shares[:PAIR_FUNCTIONS])}"
+                      for shares, a, b in cross[:3])
+          + f"; the best single match {max(shares[0] for shares, _, _ in cross):.2f} "
+          f"({len(cross)} pairs)")
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
 
 

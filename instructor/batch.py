@@ -236,12 +236,12 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
     """Grade one entry officially, from a private copy of its files; never raises (an entry that
     cannot be read, or a grader failure, is this student's row, with a note)."""
     from autograder.api import grade
-    from instructor.classmates import graded_prints
+    from instructor.classmates import definition_prints, graded_prints
 
     seed = secrets.randbelow(2**24) + 1000
     record = {"student": student, "entry": entry, "fingerprint": submission_digest(Path(entry)),
               "seed": seed, "score": 0.0, "max_score": 0.0, "isolation": "", "checks": [],
-              "problems": [], "note": "", "prints": {}, "similarity": {}}
+              "problems": [], "note": "", "prints": {}, "definitions": {}, "similarity": {}}
     private = tempfile.mkdtemp(prefix="batch-")  # only this student's files: no classmate in view
     try:
         files, notes = read_entry(Path(entry))
@@ -266,7 +266,8 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
                           p for p in [graded["load_failure"]] + graded["load_errors"] if p],
                       checks=[{k: c[k] for k in ("name", "stage", "score", "max_score", "status",
                                                  "output")} for c in checks],
-                      prints=graded_prints(target), similarity=graded["similarity"])
+                      prints=graded_prints(target), definitions=definition_prints(target),
+                      similarity=graded["similarity"])
         record["note"] = short_note(record["problems"])
     except EntryProblem as exc:
         record.update(problems=[f"not graded: {exc}"], note=f"not graded: {exc}")
@@ -381,11 +382,13 @@ def similarity_report(records: list[dict]) -> tuple[dict[str, str], str]:
     from autograder.trusted.report import escape
     from instructor.classmates import PAIR_FUNCTIONS, PAIR_THRESHOLD, similar_pairs
 
-    pairs = similar_pairs({r["student"]: r.get("prints") or {} for r in records})
+    pairs = similar_pairs({r["student"]: r.get("prints") or {} for r in records},
+                          {r["student"]: r.get("definitions") or {} for r in records})
     column: dict[str, list[str]] = {}
-    lines = [f"Pairs of students with at least {PAIR_FUNCTIONS} graded functions sharing at least "
-             f"{PAIR_THRESHOLD:.0%} of their code's fingerprints (names, messages, dead code and "
-             "statement order do not count). A flag to review, not a penalty.", ""]
+    lines = [f"Pairs of students with at least {PAIR_FUNCTIONS} graded functions, or functions "
+             f"under any names (\"mine ~ theirs\"), sharing at least {PAIR_THRESHOLD:.0%} of "
+             "their code's fingerprints (names, messages, dead code, statement order and the "
+             "release's given code do not count). A flag to review, not a penalty.", ""]
     for a, b, functions in pairs:
         column.setdefault(a, []).append(f"{b} ({len(functions)} functions)")
         column.setdefault(b, []).append(f"{a} ({len(functions)} functions)")

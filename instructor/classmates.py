@@ -11,13 +11,20 @@ A pair is a flag for the instructor to review (`instructor.batch` writes it in t
 report beside it), never a penalty: students may share a starting point the course gave them.
 A graded function renamed and bound back by assignment (`def f1(...)` then
 `tokenize_prompt_and_output = f1`, or imported under its name) is read as that graded function.
-Functions too short to tell apart (fewer than MIN_KGRAMS k-grams: a release template's
-`raise NotImplementedError`, a one-line function) are left out.
+A binding no reading can follow (`globals().update({k.removeprefix("_my_"): v ...})`, a dict
+subscript) hides no pair either: `definition_prints` keeps every definition of a student, its
+own k-grams less the release's given code and templates (the base file of MOSS, which ignores
+code every student was handed), and two students are also a pair when PAIR_FUNCTIONS
+definitions of one each share PAIR_THRESHOLD with a different definition of the other, whatever
+their names (`cross_matches`). Functions too short to tell apart (fewer than MIN_KGRAMS k-grams:
+a release template's `raise NotImplementedError`, a one-line function) are left out.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+from collections import Counter
 from itertools import combinations
 
 from autograder.trusted.similarity import kgrams, resemblance, tokens
@@ -32,13 +39,12 @@ PAIR_FUNCTIONS = 2
 MIN_KGRAMS = 15
 
 
-def graded_prints(target: str) -> dict[str, list[str]]:
-    """{graded function: sorted k-gram hashes of the submission's definition of it, with the
-    functions it calls}, read (never run) from the submission at `target`."""
+def _read(target: str) -> tuple[list[ast.FunctionDef], dict[str, str]]:
+    """(every definition, `bound_names` of every text) of the submission at `target`, read as
+    the grader reads it (never run)."""
     from autograder.trusted.grader import _sources
-    from autograder.trusted.reference import definitions_in, with_callees
+    from autograder.trusted.reference import definitions_in
     from course.paths import ROOT
-    from course.registry import GRADED_FUNCTIONS
     from course.submissions.reader import load_submission
 
     definitions, bindings = [], {}
@@ -46,6 +52,36 @@ def graded_prints(target: str) -> dict[str, list[str]]:
         tree, found = definitions_in(source)
         definitions += found
         bindings.update(bound_names(tree) if tree is not None else {})
+    return definitions, bindings
+
+
+@functools.lru_cache(maxsize=1)
+def release_kgrams() -> frozenset[str]:
+    """The k-grams of every definition in the release notebooks (notebooks/: the given helpers
+    and the templates every student starts from)."""
+    from course.paths import ROOT
+
+    return frozenset(h for d in _read(str(ROOT / "notebooks"))[0] for h in kgrams(tokens(d)))
+
+
+def definition_prints(target: str) -> dict[str, list[str]]:
+    """{"name, definition i": its own sorted k-gram hashes less `release_kgrams`} for every
+    definition of the submission at `target` that keeps MIN_KGRAMS of them, whatever its name."""
+    prints, base = {}, release_kgrams()
+    for index, definition in enumerate(_read(target)[0]):
+        held = sorted(set(kgrams(tokens(definition))) - base)
+        if len(held) >= MIN_KGRAMS:
+            prints[f"{definition.name}, definition {index + 1}"] = held
+    return prints
+
+
+def graded_prints(target: str) -> dict[str, list[str]]:
+    """{graded function: sorted k-gram hashes of the submission's definition of it, with the
+    functions it calls}, read (never run) from the submission at `target`."""
+    from autograder.trusted.reference import with_callees
+    from course.registry import GRADED_FUNCTIONS
+
+    definitions, bindings = _read(target)
     by_name = {d.name: d for d in definitions}
     for alias, name in bindings.items():  # `tokenize_prompt_and_output = f1`, followed along
         for _ in range(len(bindings)):  # a chain `a = b; b = f1`, never round a cycle
@@ -87,17 +123,47 @@ def bound_names(tree: ast.Module) -> dict[str, str]:
     return bound
 
 
-def similar_pairs(prints: dict[str, dict[str, list[str]]]) -> list[tuple[str, str, dict]]:
+def cross_matches(a: dict[str, set[str]], b: dict[str, set[str]]) -> dict[str, float]:
+    """{"a's definition ~ b's definition": resemblance} for the pairs at PAIR_THRESHOLD or more,
+    each definition in one pair at most, the most similar first (greedy); names are ignored."""
+    index: dict[str, list[str]] = {}
+    for key, held in b.items():
+        for h in held:
+            index.setdefault(h, []).append(key)
+    scored = []
+    for key, held in a.items():  # only definitions sharing a k-gram are compared
+        for other, count in Counter(k for h in held for k in index.get(h, ())).items():
+            share = count / min(len(held), len(b[other]))
+            if share >= PAIR_THRESHOLD:
+                scored.append((share, key, other))
+    matched, used = {}, set()
+    for share, key, other in sorted(scored, reverse=True):
+        if key not in used and other not in used:
+            used.update((key, other))
+            matched[f"{key.split(',')[0]} ~ {other.split(',')[0]}"] = round(share, 2)
+    return matched
+
+
+def similar_pairs(prints: dict[str, dict[str, list[str]]],
+                  definitions: dict[str, dict[str, list[str]]] | None = None
+                  ) -> list[tuple[str, str, dict]]:
     """[(student, student, {graded function: shared share})] for every pair of students with at
-    least PAIR_FUNCTIONS graded functions over PAIR_THRESHOLD, most similar first."""
+    least PAIR_FUNCTIONS graded functions over PAIR_THRESHOLD, most similar first; with
+    `definitions` ({student: `definition_prints`}), also every pair with PAIR_FUNCTIONS
+    `cross_matches` ({"definition ~ definition": share} where the graded names find too few)."""
     sets = {student: {name: set(v) for name, v in functions.items()}
             for student, functions in prints.items()}
+    every = {student: {key: set(v) for key, v in held.items()}
+             for student, held in (definitions or {}).items()}
     pairs = []
-    for a, b in combinations(sorted(sets), 2):
-        shared = {name: resemblance(sets[a][name], sets[b][name])
-                  for name in sets[a].keys() & sets[b].keys()}
+    for a, b in combinations(sorted(sets.keys() | every.keys()), 2):
+        mine, theirs = sets.get(a, {}), sets.get(b, {})
+        shared = {name: resemblance(mine[name], theirs[name])
+                  for name in mine.keys() & theirs.keys()}
         close = {name: round(share, 2) for name, share in shared.items()
                  if share >= PAIR_THRESHOLD}
+        if len(close) < PAIR_FUNCTIONS and a in every and b in every:
+            close = cross_matches(every[a], every[b])
         if len(close) >= PAIR_FUNCTIONS:
             pairs.append((a, b, dict(sorted(close.items()))))
     return sorted(pairs, key=lambda pair: (-len(pair[2]), -sum(pair[2].values()), pair[:2]))

@@ -37,7 +37,7 @@ from autograder.trusted.reference import (
 from autograder.trusted.similarity import K, containment, fingerprints, kgrams, tokens, winnow
 from course.registry import GRADED_FUNCTIONS, POINTS, STAGE_OF
 from course.submissions.reader import load_submission
-from instructor.classmates import graded_prints, similar_pairs
+from instructor.classmates import definition_prints, graded_prints, similar_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"
@@ -256,6 +256,37 @@ def test_the_class_report_pairs_classmates_whose_functions_are_renamed_and_bound
     pairs = similar_pairs(prints)
     assert [(a, b) for a, b, _ in pairs] == [("ada", "bob")]
     assert set(pairs[0][2]) >= set(names.values())
+
+
+# every graded def renamed `_my_...` and bound back through keys no reading follows
+BOUND_BY_KEYS = {
+    "globals().update": 'globals().update({k.removeprefix("_my_"): v\n'
+                        '                  for k, v in list(globals().items()) if k[:4] == "_my_"})',
+    "a dict subscript": 'for _k in [k for k in globals() if k.startswith("_my_")]:\n'
+                        '    globals()[_k[4:]] = globals()[_k]'}
+
+
+@pytest.mark.parametrize("binding", BOUND_BY_KEYS)
+def test_the_class_report_pairs_a_classmate_whose_names_are_bound_through_computed_keys(
+        tmp_path, binding):
+    """No graded name of the copy is fingerprinted by name, yet its definitions, compared with
+    all of the original's whatever their names, pair the two students; the original beside
+    every other honest entry of the corpus stays unpaired."""
+    honest = (HONEST_DIR / "tensors_first.py").read_text()
+    tree = ast.parse(honest)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in GRADED_FUNCTIONS:
+            node.name = "_my_" + node.name
+    (tmp_path / "ada.py").write_text(honest)
+    (tmp_path / "bob.py").write_text(ast.unparse(tree) + "\n\n" + BOUND_BY_KEYS[binding] + "\n")
+    students = {s: str(tmp_path / f"{s}.py") for s in ("ada", "bob")}
+    students |= {Path(spec).stem: str(ROOT / spec) for spec in CORPUS[:-1]
+                 if spec != "tests/honest/tensors_first.py"}
+    prints = {s: graded_prints(path) for s, path in students.items()}
+    assert prints["bob"] == {}  # what the graded names alone see
+    pairs = similar_pairs(prints, {s: definition_prints(path) for s, path in students.items()})
+    assert [(a, b) for a, b, _ in pairs] == [("ada", "bob")], pairs
+    assert len(pairs[0][2]) >= 8 and "compute_entropy ~ _my_compute_entropy" in pairs[0][2]
 
 
 def _renamed(source: str, name: str, new: str) -> ast.FunctionDef:
