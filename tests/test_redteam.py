@@ -387,6 +387,73 @@ def test_the_stage_attacks_earn_points_where_stages_live_at_once(name, monkeypat
     assert graded["score"] > read_header(entry)["honest"], graded["results"]
 
 
+# Gradescope's own entry (what run_autograder calls) on this host's layout, all at once: code
+# made from text, reference text in the feedback, frames. Every attack is graded in both tiers by
+# `red_team`; what this entry adds (results.json, the layout) is the same in each, so the frames
+# attack, whose holes differ between the tiers (seccomp, signal handlers), is graded in both and
+# the others in one each: 4 gradings, about 40 CPU-seconds.
+GRADESCOPE_ATTACKS = (("refuse_finder_globals.py", "bubblewrap"),
+                      ("refuse_reference_text_in_feedback.py", "landlock"),
+                      ("refuse_frames.py", "bubblewrap"), ("refuse_frames.py", "landlock"))
+
+
+def _reference_lines() -> set[str]:
+    """The course reference's lines of 30 characters or more that the grader's own text does not
+    hold (a check may quote a docstring's phrase; it never quotes code)."""
+    grader = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "autograder").rglob("*.py"))
+    return {line.strip() for path in (ROOT / "course").rglob("*.py")
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if len(line.strip()) >= 30 and line.strip() not in grader}
+
+
+def _graders_of(runs: dict) -> set[int]:
+    """The grader processes (`pytest autograder`) the `gradescope run` processes start, watched
+    until every run ends: their pids name their sandboxes' cgroups."""
+    graders = set()
+    while any(process.poll() is None for process in runs.values()):
+        for process in runs.values():
+            with contextlib.suppress(OSError):
+                graders.update(int(pid) for pid in Path(
+                    f"/proc/{process.pid}/task/{process.pid}/children").read_text().split())
+        time.sleep(0.1)
+    return graders
+
+
+def test_gradescopes_official_run_of_attacks_in_both_tiers(tmp_path):
+    """`python -m autograder.gradescope run` on Gradescope's layout (submission/, results/), each
+    attack of GRADESCOPE_ATTACKS in its tier: its results.json gives no points beyond the honest
+    ones, no line of the reference in any test's name or feedback nor in the output, and the
+    grading leaves no process and nothing in the layout but results.json beside the upload."""
+    runs = {}
+    for name, tier in GRADESCOPE_ATTACKS:
+        if sandbox_problem(ROOT, tier):
+            continue
+        root = tmp_path / f"{tier}-{name}"
+        (root / "submission").mkdir(parents=True)
+        (root / "submission" / name).write_bytes((REDTEAM / name).read_bytes())
+        runs[root] = subprocess.Popen(
+            [sys.executable, "-m", "autograder.gradescope", "run", "--root", str(root),
+             "--isolation", tier], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+    if not runs:
+        pytest.skip(f"no sandbox here: {sandbox_problem(ROOT, TIERS[0])}")
+    graders = _graders_of(runs)
+    reference = _reference_lines()
+    for root, process in runs.items():
+        output = process.communicate()[0]
+        name = root.name.split("-", 1)[1]
+        assert process.returncode == 0, output[-3000:]
+        document = json.loads((root / "results" / "results.json").read_text())
+        assert 0 < sum(t["max_score"] for t in document["tests"])
+        assert document["score"] <= read_header(REDTEAM / name)["honest"], document["tests"]
+        shown = [document["output"]] + [t["name"] + t["output"] for t in document["tests"]]
+        leaked = {line for line in reference for text in shown if line in text}
+        assert not leaked, (name, sorted(leaked)[:5])
+        left = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if not p.is_dir())
+        assert left == ["results/results.json", f"submission/{name}"], left
+    assert not _leftovers(Ours(graders=graders))
+
+
 @contextlib.contextmanager
 def message_queues():
     """The names of the machine's POSIX message queues, read from a mount of its mqueue
