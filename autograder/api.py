@@ -65,7 +65,8 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
     from the stored cases alone (None: when this is a student edition). `isolation`: "auto",
     "bubblewrap" or "landlock" (the sandbox's tier, `autograder.trusted.isolation`). `copies`:
     "flag" or "zero" (what similarity to the reference does; "similarity" in the answer holds its
-    evidence, `Grader.similarity_record`). "incomplete"
+    evidence, `Grader.similarity_record`; "judged": {graded function: (file name, first line)}
+    of the code a stage child judged for it, the class report's evidence). "incomplete"
     in the answer lists why the grading did not complete (then its score is no grade: see
     `Grader.incomplete`); `time_limit` is wall time from this call."""
     started = time.monotonic()
@@ -87,4 +88,5 @@ def grade(submission: str, functions=None, probe_timeout: float = 30.0, seed: in
             "load_failure": grader.load_failure, "load_errors": grader.load_errors,
             "tampering": tampering, "practice": grader.practice, "stored_only": grader.stored_only,
             "isolation": grader.isolation_note, "isolation_tier": grader.isolation_tier,
-            "incomplete": grader.incomplete, "similarity": grader.similarity_record()}
+            "incomplete": grader.incomplete, "similarity": grader.similarity_record(),
+            "judged": dict(grader.judged)}

@@ -266,7 +266,8 @@ def grade_entry(student: str, entry: str, options: dict, more: bool = True) -> d
                           p for p in [graded["load_failure"]] + graded["load_errors"] if p],
                       checks=[{k: c[k] for k in ("name", "stage", "score", "max_score", "status",
                                                  "output")} for c in checks],
-                      prints=graded_prints(target), definitions=definition_prints(target),
+                      prints=graded_prints(target, graded.get("judged")),
+                      definitions=definition_prints(target),
                       similarity=graded["similarity"])
         record["note"] = short_note(record["problems"])
     except EntryProblem as exc:

@@ -10,13 +10,15 @@ their graded functions share PAIR_THRESHOLD of the smaller one's k-grams (`simil
 A pair is a flag for the instructor to review (`instructor.batch` writes it in the CSV and a
 report beside it), never a penalty: students may share a starting point the course gave them.
 A graded function renamed and bound back by assignment (`def f1(...)` then
-`tokenize_prompt_and_output = f1`, or imported under its name) is read as that graded function.
-A binding no reading can follow (`globals().update({k.removeprefix("_my_"): v ...})`, a dict
-subscript) hides no pair either: `definition_prints` keeps every definition of a student, its
-own k-grams less the release's given code and templates (the base file of MOSS, which ignores
-code every student was handed), and two students are also a pair when PAIR_FUNCTIONS
-definitions of one each share PAIR_THRESHOLD with a different definition of the other, whatever
-their names (`cross_matches`). Functions too short to tell apart (fewer than MIN_KGRAMS k-grams:
+`tokenize_prompt_and_output = f1`, or imported under its name) is read as that graded function;
+after a grading, so is the definition whose code the stage child judged for the name (its load
+report's "judged": `judged_definitions`), however it was bound. A binding no reading follows
+(`globals().update({k.removeprefix("_my_"): v ...})`, a dict subscript) hides no pair without
+that report either: `definition_prints` keeps every definition of a student, its own k-grams
+less the release's given code and templates (the base file of MOSS, which ignores code every
+student was handed), and two students are also a pair when PAIR_FUNCTIONS definitions of one
+each share PAIR_THRESHOLD with a different definition of the other, whatever their names
+(`cross_matches`). Functions too short to tell apart (fewer than MIN_KGRAMS k-grams:
 a release template's `raise NotImplementedError`, a one-line function) are left out.
 """
 
@@ -26,6 +28,7 @@ import ast
 import functools
 from collections import Counter
 from itertools import combinations
+from pathlib import Path
 
 from autograder.trusted.similarity import kgrams, resemblance, tokens
 
@@ -75,9 +78,38 @@ def definition_prints(target: str) -> dict[str, list[str]]:
     return prints
 
 
-def graded_prints(target: str) -> dict[str, list[str]]:
+def judged_definitions(target: str, judged: dict) -> dict[str, ast.FunctionDef]:
+    """{graded function: the definition at the (file name, first line) that a stage child's load
+    report names for it (`autograder.api.grade`'s "judged")}. The child compiles each notebook
+    statement, and each file of a .py submission, under its own label, so a label and a line
+    (a decorated function's first decorator) name one `def`; a package folder is left to names."""
+    from autograder.protocol.helpers import servable
+    from autograder.trusted.reference import definitions_in
+    from course.paths import ROOT
+    from course.submissions.reader import load_submission
+
+    submission = load_submission(target, ROOT)
+    if submission.kind == "units":
+        texts = {label: text for unit in submission.units for label, text in unit["statements"]}
+    elif submission.kind == "py":
+        main = Path(submission.target).name
+        texts = {main: submission.files[main], **servable(submission.files, main)}
+    else:
+        return {}
+    found = {}
+    for name, (label, line) in judged.items():
+        text = texts.get(label if submission.kind == "units" else Path(label).name)
+        for definition in definitions_in(text)[1] if text is not None else ():
+            if min([definition.lineno] + [d.lineno for d in definition.decorator_list]) == line:
+                found[name] = definition
+    return found
+
+
+def graded_prints(target: str, judged: dict | None = None) -> dict[str, list[str]]:
     """{graded function: sorted k-gram hashes of the submission's definition of it, with the
-    functions it calls}, read (never run) from the submission at `target`."""
+    functions it calls}, read (never run) from the submission at `target`: the definition the
+    grader judged for it where `judged` (the grading's "judged") names one, else the one its
+    name or a plain rebinding gives."""
     from autograder.trusted.reference import with_callees
     from course.registry import GRADED_FUNCTIONS
 
@@ -90,6 +122,7 @@ def graded_prints(target: str) -> dict[str, list[str]]:
             name = bindings[name]
         if name in by_name and alias in GRADED_FUNCTIONS:
             by_name[alias] = by_name[name]
+    by_name.update(judged_definitions(target, judged) if judged else {})
     prints = {}
     for name in GRADED_FUNCTIONS:
         if name in by_name:

@@ -266,19 +266,26 @@ BOUND_BY_KEYS = {
                         '    globals()[_k[4:]] = globals()[_k]'}
 
 
+def _bound_by_keys(folder: Path, binding: str) -> str:
+    """ada.py (tests/honest/tensors_first.py) and bob.py, its copy bound back by `binding`, in
+    `folder`; the original's text."""
+    honest = (HONEST_DIR / "tensors_first.py").read_text()
+    tree = ast.parse(honest)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in GRADED_FUNCTIONS:
+            node.name = "_my_" + node.name
+    (folder / "ada.py").write_text(honest)
+    (folder / "bob.py").write_text(ast.unparse(tree) + "\n\n" + BOUND_BY_KEYS[binding] + "\n")
+    return honest
+
+
 @pytest.mark.parametrize("binding", BOUND_BY_KEYS)
 def test_the_class_report_pairs_a_classmate_whose_names_are_bound_through_computed_keys(
         tmp_path, binding):
     """No graded name of the copy is fingerprinted by name, yet its definitions, compared with
     all of the original's whatever their names, pair the two students; the original beside
     every other honest entry of the corpus stays unpaired."""
-    honest = (HONEST_DIR / "tensors_first.py").read_text()
-    tree = ast.parse(honest)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name in GRADED_FUNCTIONS:
-            node.name = "_my_" + node.name
-    (tmp_path / "ada.py").write_text(honest)
-    (tmp_path / "bob.py").write_text(ast.unparse(tree) + "\n\n" + BOUND_BY_KEYS[binding] + "\n")
+    _bound_by_keys(tmp_path, binding)
     students = {s: str(tmp_path / f"{s}.py") for s in ("ada", "bob")}
     students |= {Path(spec).stem: str(ROOT / spec) for spec in CORPUS[:-1]
                  if spec != "tests/honest/tensors_first.py"}
@@ -287,6 +294,24 @@ def test_the_class_report_pairs_a_classmate_whose_names_are_bound_through_comput
     pairs = similar_pairs(prints, {s: definition_prints(path) for s, path in students.items()})
     assert [(a, b) for a, b, _ in pairs] == [("ada", "bob")], pairs
     assert len(pairs[0][2]) >= 8 and "compute_entropy ~ _my_compute_entropy" in pairs[0][2]
+
+
+@pytest.mark.slow
+def test_the_load_report_names_the_definition_judged_for_each_graded_name(tmp_path):
+    """A real grading of the copy bound back through `globals().update`: the stage child reports
+    the `_my_` definitions it judged, and the graded names' fingerprints read from there are the
+    original's, so the pair holds by name too."""
+    _bound_by_keys(tmp_path, "globals().update")
+    functions = ("compute_entropy", "estimate_kl")
+    graded = grade(str(tmp_path / "bob.py"), functions, official=True)
+    assert graded["score"] == graded["max_score"] > 0, graded["results"]
+    assert {name: Path(label).name for name, (label, _) in graded["judged"].items()
+            if name in functions} == dict.fromkeys(functions, "bob.py")
+    prints = graded_prints(str(tmp_path / "bob.py"), graded["judged"])
+    original = graded_prints(str(tmp_path / "ada.py"))
+    assert all(prints[name] == original[name] for name in functions)
+    assert [(a, b) for a, b, _ in similar_pairs({"ada": original, "bob": prints})] \
+        == [("ada", "bob")]
 
 
 def _renamed(source: str, name: str, new: str) -> ast.FunctionDef:

@@ -260,6 +260,9 @@ class Grader:
         # files (the grade itself never runs code it did not read: `_unread_reason`)
         self.captured: list[tuple[str, str]] = []
         self.similar: dict = {}  # graded function -> `reference.Evidence` of its similarity
+        # graded function -> (file name, first line) of the code a stage child judged for it
+        # (hostile input: evidence for the class report, never a score)
+        self.judged: dict[str, tuple[str, int]] = {}
         self.practice: str | None = None  # why this grade is only a practice grade
         self.isolation_tier: str | None = None  # "bubblewrap" | "landlock-seccomp" (results.json)
         if self.in_process:
@@ -424,6 +427,7 @@ class Grader:
                 raise Fail(self.stage_failures[stage]) from None
         self.load_errors.extend(e for e in ready.get("errors", []) if e not in self.load_errors)
         self._keep_captured(ready.get("captured"))
+        self._keep_judged(ready.get("judged"))
         self.stages[stage] = client
         return client
 
@@ -469,6 +473,15 @@ class Grader:
                                  + "; ".join(map(plain_problem, self.load_errors[:3])) + ")")
             raise Fail(message_text)
         return response
+
+    def _keep_judged(self, judged) -> None:
+        """Keep the well-formed entries of a load report's `judged` for graded functions."""
+        from course.registry import GRADED_FUNCTIONS
+
+        for name, where in judged.items() if isinstance(judged, dict) else ():
+            if name in GRADED_FUNCTIONS and isinstance(where, list) and len(where) == 2 \
+                    and isinstance(where[0], str) and type(where[1]) is int:
+                self.judged.setdefault(name, (where[0], where[1]))
 
     def _keep_captured(self, captured) -> None:
         """The source texts the stage child saw compiled at run time or served as helpers

@@ -403,7 +403,8 @@ def serve(answer_fd: int, order: dict) -> None:
     state, errors, unread, captured = load(config)
     state.ranks = spawned
     send(answer_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors,
-                     "unread": unread, "captured": [list(pair) for pair in captured]})
+                     "unread": unread, "captured": [list(pair) for pair in captured],
+                     "judged": _judged(state)})
     while True:
         request = receive()
         if request is None:
@@ -413,6 +414,15 @@ def serve(answer_fd: int, order: dict) -> None:
         except BaseException as exc:  # a probe must answer, whatever the submission did
             response = _answer_for(exc, exception_answer, error_answer)
         send(answer_fd, to_plain(response))
+
+
+def _judged(state) -> dict:
+    """{graded function: [file name, first line]} of the code judged for it where that is a
+    plain function: the definition the class report fingerprints (`instructor.classmates`),
+    whatever name bound it."""
+    return {name: [function.__code__.co_filename, function.__code__.co_firstlineno]
+            for name, function in state.functions.items()
+            if state.statuses.get(name) == "ok" and type(function) is types.FunctionType}
 
 
 def _answer_for(exc: BaseException, exception_answer, error_answer) -> dict:
