@@ -5,6 +5,7 @@ guides in docs/ carry the detail, and measured numbers live in benchmarks/README
 """
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,14 @@ def test_the_total_of_points_agrees_with_the_registry(page):
                         text)
     for found in totals:
         assert int(next(n for n in found if n)) == sum(POINTS.values()), page.name
+
+
+def test_no_file_keeps_a_merge_conflict():
+    """A merge's conflict markers left in a tracked text file (a guide once kept two)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.MULTILINE)
+    kept = [name for name in tracked
+            if name.endswith((".md", ".py", ".toml", ".txt", ".ipynb", ".json", ".yml", ".cfg"))
+            and marker.search((ROOT / name).read_text(encoding="utf-8", errors="replace"))]
+    assert kept == []
