@@ -18,7 +18,7 @@ cispo (arXiv 2506.13585), and from `course.frontier_loss` sapo (arXiv 2511.20347
 It prints, per loss and evaluation, the held-out accuracy sampled at τ = 1 as mean ± sample std
 over the seeds, the greedy accuracy after the last step and the mean clip fraction (the share of
 tokens the loss clipped or masked; SAPO's gate clips none), then which pairs of losses differ by
-more than the seed noise (`noise_rule`), and the machine. It writes every run's numbers to `--json`
+more than the seed noise (`course.lab.loss_curves.noise_rule`), and the machine. It writes every run's numbers to `--json`
 (`course/checkpoints/loss_curves.json`, which the baselines notebook plots) and the figure to
 `--figure` (`benchmarks/loss_curves.png`).
 """
@@ -33,13 +33,13 @@ import resource
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
-from itertools import combinations
 from multiprocessing import get_context
 from pathlib import Path
 
 from machine import cpu_model
 
 from course.lab.failure_runs import HEALTHY
+from course.lab.loss_curves import curves_figure, noise_rule, summary
 from course.loop.train_config import TrainConfig
 from course.paths import CHECKPOINTS
 
@@ -69,39 +69,6 @@ def one_run(variant: str, seed: int, base: TrainConfig, out: Path) -> dict:
             "cpu_seconds": (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)}
 
 
-def spread(values: list[float]) -> tuple[float, float]:
-    """(mean, sample std); the std of one value is 0."""
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def summary(runs: list[dict]) -> dict[str, dict]:
-    """Per loss: the steps, the sampled accuracy's (mean, std) at each, the greedy accuracy after
-    and the clip fraction."""
-    rows = {}
-    for variant in dict.fromkeys(r["variant"] for r in runs):
-        group = [r for r in runs if r["variant"] == variant]
-        rows[variant] = {"steps": [step for step, _ in group[0]["curve"]],
-                         "sampled": [spread([r["curve"][i][1] for r in group])
-                                     for i in range(len(group[0]["curve"]))],
-                         "greedy_after": spread([r["greedy_after"] for r in group]),
-                         "clip_fraction": spread([r["clip_fraction"] for r in group]),
-                         "seeds": len(group)}
-    return rows
-
-
-def noise_rule(rows: dict[str, dict]) -> list[str]:
-    """The pairs whose sampled accuracies after the last step differ by more than twice the larger
-    of their two seed standard deviations, each as 'a − b = gap (2 · std)'."""
-    found = []
-    for a, b in combinations(rows, 2):
-        (mean_a, std_a), (mean_b, std_b) = rows[a]["sampled"][-1], rows[b]["sampled"][-1]
-        if abs(mean_a - mean_b) > 2 * max(std_a, std_b):
-            high, low = (a, b) if mean_a > mean_b else (b, a)
-            found.append(f"{high} − {low} = {abs(mean_a - mean_b):.3f} "
-                         f"(2 · std = {2 * max(std_a, std_b):.3f})")
-    return found
-
-
 def print_table(rows: dict[str, dict]) -> None:
     steps = next(iter(rows.values()))["steps"]
     print(f"{'loss':<6} " + " ".join(f"{f'step {s}':>13}" for s in steps)
@@ -110,25 +77,6 @@ def print_table(rows: dict[str, dict]) -> None:
         cells = [f"{m:.3f} ± {s:.3f}" for m, s in row["sampled"] + [row["greedy_after"]]]
         print(f"{variant:<6} " + " ".join(f"{c:>13}" for c in cells)
               + f" {row['clip_fraction'][0]:>9.4f}")
-
-
-def plot(rows: dict[str, dict], title: str, path: Path) -> None:
-    """Mean curve ± one seed std per loss; a bare Figure (no display needed)."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(8, 5), layout="constrained")
-    axes = figure.subplots()
-    for variant, row in rows.items():
-        means = [m for m, _ in row["sampled"]]
-        stds = [s for _, s in row["sampled"]]
-        axes.plot(row["steps"], means, marker="o", markersize=3, label=variant)
-        axes.fill_between(row["steps"], [m - s for m, s in zip(means, stds)],
-                          [m + s for m, s in zip(means, stds)], alpha=0.12)
-    axes.set(title=title, xlabel="rollout batch (4 optimizer steps each)",
-             ylabel="held-out accuracy, sampled at τ = 1")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, ncol=2)
-    figure.savefig(path, dpi=100)
 
 
 def train_all(base: TrainConfig, seeds: list[int], jobs: int, out: Path) -> list[dict]:
@@ -186,7 +134,7 @@ def main() -> None:
     cpu = sum(r["cpu_seconds"] for r in made["runs"])
     print(f"\n{len(made['runs'])} runs in {made['wall_minutes']:.1f} min of wall time, {cpu:.0f} s "
           f"of CPU; machine: {made['machine']}; {made['date']}")
-    plot(rows, title, args.figure)
+    curves_figure(rows, title).savefig(args.figure, dpi=100)
     print(f"wrote {args.json} and {args.figure}")
 
 

@@ -1,9 +1,10 @@
 """course.lab.experiments: notebook 08's written experiments change exactly the option they name, run
-the learner's stages, and refuse bad arguments by name.
+the learner's stages, ask for a third seed exactly where an arm gap is under twice the seed gap, and
+refuse bad arguments by name.
 
-Whether each effect is larger than the seed noise is measured whole (two seeds, 25 to 50 steps, minutes)
-by benchmarks/bench_experiments.py, in benchmarks/README.md ("Written experiments"); here the runs are
-2 steps long."""
+Whether each effect is larger than the seed noise is measured whole (two seeds and a third where
+asked, 25 to 50 steps, minutes) by benchmarks/bench_experiments.py, in benchmarks/README.md
+("Written experiments"); here the runs are 2 steps long, or stand-ins."""
 
 import functools
 import subprocess
@@ -17,6 +18,8 @@ from course.lab import compare, experiments
 from course.lab.experiments import (
     EXPERIMENTS,
     experiment_table,
+    gaps,
+    needs_third_seed,
     plot_experiment,
     run_experiment,
 )
@@ -54,12 +57,104 @@ def fake_results(name):
 def test_the_table_and_the_figure_show_every_arm_seed_and_metric(name):
     results = fake_results(name)
     table = experiment_table(name, results).splitlines()
-    assert len(table) == 2 + 2 * 2
+    assert len(table) == 2 + 2 * 2 + 1 + 2 + len(EXPERIMENTS[name].metrics) + 2
     assert all(f"{key}, mean" in table[0] for key in EXPERIMENTS[name].metrics)
-    assert "reward_mean, last 10" in table[0] and table[2].endswith("| 1.20")  # last 10: 0.3 .. 1.2
+    assert "reward_mean, last 10" in table[0] and "| 0.750 |" in table[2]  # last 10: 0.3 .. 1.2
+    assert table[-1] == "held-out accuracy after | 0.000 | 0.000 | no: within the seed noise"
+    one_seed = experiment_table(name, {arm: {0: runs[0]} for arm, runs in results.items()})
+    assert one_seed.splitlines()[-1] == "one seed: no seed gap to hold the arm gaps against"
     figure = plot_experiment(name, results)
     assert len(figure.axes) == len(EXPERIMENTS[name].metrics)
     assert all(axis.get_ylabel() for axis in figure.axes) and len(figure.axes[0].lines) == 4
+
+
+def run_of(arm: int, seed: int, reward: dict) -> list[dict]:
+    """12 steps of arm `arm`, seed `seed`: `reward[(arm, seed)]` at every step, other metrics 0."""
+    return [{key: 0.0 for key in KEPT} | {"step": step, "reward_mean": reward[(arm, seed)]}
+            for step in range(1, 13)]
+
+
+def std_results(reward: dict, seeds=(0, 1)):
+    return {label: {seed: run_of(arm, seed, reward) for seed in seeds}
+            for arm, label in enumerate(EXPERIMENTS["std"].arms)}
+
+
+# arm 0 at 0.30 and 0.33 (seed gap 0.03), arm 1 at 0.35 or 0.38 plus the same 0.03: an arm gap
+# of 0.05 is under twice the seed gap (a third seed), 0.08 is not; the rule "arm gap under the
+# seed gap" would call neither, the rule "under three seed gaps" both
+CLOSE = {(0, 0): 0.30, (0, 1): 0.33, (1, 0): 0.35, (1, 1): 0.38}
+FAR = CLOSE | {(1, 0): 0.38, (1, 1): 0.41}
+
+
+def test_a_third_seed_is_asked_for_where_the_arm_gap_is_under_twice_the_seed_gap():
+    arm_gap, seed_gap = gaps("std", std_results(CLOSE))["reward_mean, mean"]
+    assert arm_gap == pytest.approx(0.05) and seed_gap == pytest.approx(0.03)
+    assert needs_third_seed("std", std_results(CLOSE)) == ["reward_mean, mean",
+                                                           "reward_mean, last 10"]
+    assert needs_third_seed("std", std_results(FAR)) == []
+    # only the first two seeds decide: a third seed far off does not ask for itself again
+    three = std_results(FAR | {(0, 2): 0.9, (1, 2): 0.0}, seeds=(0, 1, 2))
+    assert needs_third_seed("std", three) == []
+    # with three, the seed gap is an arm's range over all three: (0.9 - 0.30) for arm 0
+    assert gaps("std", three)["reward_mean, mean"][1] == pytest.approx(0.6)
+
+
+def fake_training(reward: dict, trained: list):
+    """A stand-in for `trained_records`: arm 0 is std's first arm (GRPO's std)."""
+    def train(name, config, implementations=None):
+        arm = int(config.advantage_normalizer == "none")
+        trained.append((arm, config.seed))
+        return run_of(arm, config.seed, reward), {"wall_seconds": 1.0}
+    return train
+
+
+@pytest.mark.parametrize("reward, expected", [
+    (CLOSE | {(0, 2): 0.31, (1, 2): 0.36}, [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2)]),
+    (FAR, [(0, 0), (0, 1), (1, 0), (1, 1)]),
+])
+def test_the_runner_trains_the_third_seed_only_where_asked_and_the_table_says_why(
+        reward, expected, monkeypatch):
+    trained: list = []
+    monkeypatch.setattr(experiments, "trained_records", fake_training(reward, trained))
+    said: list[str] = []
+    results = run_experiment("std", seeds=(0, 1), steps=12, log=said.append)
+    assert trained == expected
+    table = experiment_table("std", results).splitlines()
+    if len(expected) == 6:
+        assert said[4] == ("a third seed, 2: the arm gap of reward_mean, mean, reward_mean, "
+                           "last 10 is under 2 x the seed gap")
+        assert table[-1] == ("third seed 2: over seeds 0 and 1 the arm gap of reward_mean, mean, "
+                             "reward_mean, last 10 was under 2 x its seed gap")
+        # over three seeds: (0.35 + 0.38 + 0.36) / 3 - (0.30 + 0.33 + 0.31) / 3 = 0.05 > 0.03
+        assert "reward_mean, mean | 0.050 | 0.030 | yes" in table
+    else:
+        assert not any(line.startswith("third seed") for line in table)
+        assert "reward_mean, mean | 0.080 | 0.030 | yes" in table
+
+
+def test_one_seed_or_three_never_train_another(monkeypatch):
+    trained: list = []
+    monkeypatch.setattr(experiments, "trained_records", fake_training(CLOSE | {(0, 2): 0.3,
+                                                                               (1, 2): 0.3},
+                                                                     trained))
+    run_experiment("std", seeds=(0,), steps=12, log=lambda _: None)
+    three = run_experiment("std", seeds=(0, 1, 2), steps=12, log=lambda _: None)
+    assert len(trained) == 2 + 6
+    # three seeds given: the table says which metrics the rule would have asked it for
+    assert experiment_table("std", three).splitlines()[-1].startswith("third seed 2: over seeds")
+    far = std_results(FAR | {(0, 2): 0.3, (1, 2): 0.38}, seeds=(0, 1, 2))
+    assert "third seed" not in experiment_table("std", far)
+
+
+def test_a_ctrl_c_in_the_third_seed_stops_the_experiment(monkeypatch):
+    def cut_short_at_seed_2(name, config, implementations=None):
+        arm = int(config.advantage_normalizer == "none")
+        return run_of(arm, config.seed, CLOSE | {(0, 2): 0.3, (1, 2): 0.3}), {
+            "wall_seconds": 1.0, "interrupted": config.seed == 2}
+
+    monkeypatch.setattr(experiments, "trained_records", cut_short_at_seed_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("std", seeds=(0, 1), steps=12, log=lambda _: None)
 
 
 @pytest.mark.parametrize("arguments, named", [

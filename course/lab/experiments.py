@@ -1,6 +1,6 @@
 """Notebook 08's written experiments: change one thing, train twice per seed, compare the curves.
 
-    python -m course.lab.experiments                      # every experiment, two seeds: minutes
+    python -m course.lab.experiments                      # all, two seeds (+ a third): minutes
     python -m course.lab.experiments group_size --seeds 0 # one experiment, one seed
 
 An experiment is two arms of the failure lab's healthy run (`failure_runs.HEALTHY`: the tiny model
@@ -18,16 +18,24 @@ answer, graded by a person (nbgrader's manually graded cells, `course.registry.W
   clipping     PPO's clip on or off (Schulman et al. 2017, arXiv 1707.06347) at four optimizer steps
                per rollout, the only way the policy moves away from the one that sampled
 
-What each arm measured, for two seeds, is in benchmarks/README.md ("Written experiments"). The
-command has `course.lab.compare`'s guards: a repeated or negative seed is refused by name, and a
-Ctrl-C stops at once, says which experiments are whole and exits 130, never reporting a cut-short
-run as a whole one.
+Two seeds are a thin measure of the noise, so with two a third is run where it decides: where any
+headline metric (`headline`: each drawn metric's mean over the steps, the rollout reward of the last
+10 steps, the held-out accuracy after the last) has an arm gap under twice its seed gap over the
+first two seeds (`needs_third_seed`; the arm gap is the difference of the two arms' means over
+seeds, the seed gap the largest range of one arm's values over its seeds). An effect is an arm gap
+above the seed gap of every seed run; the table names the metrics that asked for the third seed.
+What each arm measured is in benchmarks/README.md ("Written experiments"). The command has
+`course.lab.compare`'s guards: a repeated or negative seed is refused by name, and a Ctrl-C stops at
+once (a third seed's runs included), says which experiments are whole and exits 130, never
+reporting a cut-short run as a whole one.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import matplotlib
@@ -67,6 +75,8 @@ EXPERIMENTS = {
         ("clip_fraction", "kl_to_reference", "reward_mean", "groups_with_signal"), steps=25),
 }
 SEEDS = (0, 1)
+# With two seeds, a third where a headline metric's arm gap is under this many seed gaps.
+THIRD_SEED_FACTOR = 2
 TITLES = {"groups_with_signal": "groups with signal", "gradient_norm": "gradient norm (before "
                                                                        "clip)",
           "reward_mean": "rollout reward", "kl_to_reference": "KL to warm start (k3)",
@@ -85,7 +95,8 @@ def run_experiment(name: str, implementations=None, seeds=SEEDS, steps: int | No
                    log=print) -> Results:
     """Train both arms of experiment `name` for each seed (CPU, one thread, `steps` steps: the
     experiment's own by default) with `implementations`' stages (None: the reference's). The
-    held-out accuracy is measured once, after the last step. Returns arm -> seed -> records (4
+    held-out accuracy is measured once, after the last step. With two seeds, a third (the least
+    seed not given) where `needs_third_seed` names a metric. Returns arm -> seed -> records (4
     significant digits, `KEPT` metrics); KeyboardInterrupt where a run was cut short by Ctrl-C."""
     experiment = experiment_named(name)
     steps = experiment.steps if steps is None else steps
@@ -97,6 +108,18 @@ def run_experiment(name: str, implementations=None, seeds=SEEDS, steps: int | No
         raise ValueError(f"seeds must be in [0, {MAX_SEED}], got {bad[0]}")
     if repeated := repeats(seeds):
         raise ValueError(f"seeds must differ: {' '.join(repeated)} given twice")
+    results = _train_arms(experiment, seeds, steps, implementations, log)
+    if len(seeds) == 2 and (close := needs_third_seed(name, results)):
+        third = next(seed for seed in itertools.count() if seed not in seeds)
+        log(f"a third seed, {third}: the arm gap of {', '.join(close)} is under "
+            f"{THIRD_SEED_FACTOR} x the seed gap")
+        for arm, runs in _train_arms(experiment, (third,), steps, implementations, log).items():
+            results[arm].update(runs)
+    return results
+
+
+def _train_arms(experiment: Experiment, seeds, steps: int, implementations, log) -> Results:
+    """Both arms of `experiment` for each of `seeds`; KeyboardInterrupt at a cut-short run."""
     results: Results = {}
     for arm, options in experiment.arms.items():
         results[arm] = {}
@@ -116,20 +139,62 @@ def mean_over_steps(records: list[dict], metric: str) -> float:
     return statistics.fmean(r[metric] for r in records)
 
 
+def headline(name: str) -> dict[str, Callable[[list[dict]], float]]:
+    """What an experiment is judged on, label -> its value for one run's records: each drawn
+    metric's mean over the steps, the rollout reward over the last 10 steps, and the held-out
+    accuracy after the last step (NaN where it was not measured)."""
+    rows: dict[str, Callable[[list[dict]], float]] = {
+        f"{key}, mean": lambda records, key=key: mean_over_steps(records, key)
+        for key in experiment_named(name).metrics}
+    rows["reward_mean, last 10"] = lambda records: mean_over_steps(records[-10:], "reward_mean")
+    rows["held-out accuracy after"] = lambda records: records[-1].get("heldout_accuracy_sampled",
+                                                                      float("nan"))
+    return rows
+
+
+def gaps(name: str, results: Results, seeds=None) -> dict[str, tuple[float, float]]:
+    """Headline label -> (arm gap, seed gap) over `seeds` (default: every seed of `results`): the
+    gap between the two arms' means over the seeds, and the largest range of one arm's values."""
+    out = {}
+    for label, value_of in headline(name).items():
+        per_arm = [[value_of(runs[seed]) for seed in (runs if seeds is None else seeds)]
+                   for runs in results.values()]
+        first, second = (statistics.fmean(values) for values in per_arm)
+        out[label] = (abs(first - second), max(max(values) - min(values) for values in per_arm))
+    return out
+
+
+def needs_third_seed(name: str, results: Results) -> list[str]:
+    """The headline metrics whose arm gap over the first two seeds of `results` is under
+    `THIRD_SEED_FACTOR` times their seed gap: too close to the noise to call from two seeds."""
+    first_two = list(next(iter(results.values())))[:2]
+    return [label for label, (arm_gap, seed_gap) in gaps(name, results, first_two).items()
+            if arm_gap < THIRD_SEED_FACTOR * seed_gap]
+
+
 def experiment_table(name: str, results: Results) -> str:
-    """Per arm and seed: each metric's mean over the steps, the rollout reward over the last 10
-    steps, and the held-out accuracy after the last step (a markdown table)."""
-    metrics = experiment_named(name).metrics
-    header = ["arm", "seed", *(f"{key}, mean" for key in metrics), "reward_mean, last 10",
-              "held-out accuracy after"]
+    """Per arm and seed, each headline value (a markdown table); then, with two seeds or more, per
+    headline metric its arm gap and seed gap over every seed run and whether that is an effect,
+    and with three, the metrics that asked for the third (`needs_third_seed`)."""
+    rows_of = headline(name)
+    header = ["arm", "seed", *rows_of]
     rows = [" | ".join(header), " | ".join("---" for _ in header)]
     for arm, runs in results.items():
         for seed, records in runs.items():
-            after = records[-1].get("heldout_accuracy_sampled", float("nan"))
-            rows.append(" | ".join([arm, str(seed), *(f"{mean_over_steps(records, key):.3f}"
-                                                      for key in metrics),
-                                    f"{mean_over_steps(records[-10:], 'reward_mean'):.3f}",
-                                    f"{after:.2f}"]))
+            values = [value_of(records) for value_of in rows_of.values()]
+            rows.append(" | ".join([arm, str(seed), *(f"{v:.3f}" for v in values[:-1]),
+                                    f"{values[-1]:.2f}"]))
+    seeds = list(next(iter(results.values())))
+    if len(seeds) < 2:
+        return "\n".join([*rows, "", "one seed: no seed gap to hold the arm gaps against"])
+    rows += ["", f"metric | arm gap | seed gap (seeds {', '.join(map(str, seeds))}) | effect",
+             "--- | --- | --- | ---"]
+    rows += [f"{label} | {arm_gap:.3f} | {seed_gap:.3f} | "
+             f"{'yes' if arm_gap > seed_gap else 'no: within the seed noise'}"
+             for label, (arm_gap, seed_gap) in gaps(name, results).items()]
+    if len(seeds) == 3 and (close := needs_third_seed(name, results)):
+        rows += ["", f"third seed {seeds[2]}: over seeds {seeds[0]} and {seeds[1]} the arm gap of "
+                 f"{', '.join(close)} was under {THIRD_SEED_FACTOR} x its seed gap"]
     return "\n".join(rows)
 
 
