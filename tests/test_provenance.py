@@ -28,15 +28,18 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"
 REDTEAM = ROOT / "tests" / "redteam"
 
-# a stage child's load and one probe call of compute_entropy, in a process of its own; prints
-# {"statuses", "unread", "errors", "captured", "call", "tensor", "report", "probes"} ("report": the
+# a stage child's load and one probe call of compute_entropy, in a process of its own, answered
+# as `worker.serve` answers (the sealed probes and wire, bound before the submission loads; the
+# answer written to a pipe and decoded as the trusted side decodes it); prints {"statuses",
+# "unread", "errors", "captured", "call", "tensor", "report", "probes"} ("report": the
 # submission's REPORT global, plain data it gathered about what it could reach; "probes": the id
-# of the probes module that answers)
+# of the probes module the grader imported)
 DRIVER = """
-import json, sys
+import json, os, sys
 from pathlib import Path
 import torch
 import autograder.untrusted.worker as worker
+from autograder.protocol.wire import decode, read_frame
 from autograder.untrusted import probes
 from autograder.trusted.reference import course_sources
 from course.registry import STAGE_OF
@@ -45,9 +48,16 @@ submission = load_submission(sys.argv[1], Path(sys.argv[1]).parent)
 stage = STAGE_OF["compute_entropy"]
 config = {"submission": submission.to_request(), "device": "cpu", "stage": stage, "paths": [],
           "grading_reference": False, "course": course_sources(stage)}
-state, errors, unread, captured = worker.load(config)
-call = probes.handle(state, {"kind": "call", "function": "compute_entropy", "count_given_head": True,
-                             "kwargs": {"logits": torch.zeros(2, 3)}})
+seals = worker.sealed()
+sealed = seals["autograder.untrusted.probes"]
+handle, to_plain, send = sealed.handle, sealed.to_plain, worker._channel(
+    seals["autograder.protocol.wire"])[1]
+state, errors, unread, captured = worker.load(config, seals)
+call = handle(state, {"kind": "call", "function": "compute_entropy", "count_given_head": True,
+                      "count_saved_bytes": True, "kwargs": {"logits": torch.zeros(2, 3)}})
+answer, written = os.pipe()
+send(written, to_plain(call))
+call = decode(read_frame(answer, None))
 report = vars(sys.modules["submission"]).get("REPORT")
 print(json.dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
                   "unread": unread, "errors": errors, "captured": captured, "report": report,
