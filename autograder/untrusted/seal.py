@@ -8,9 +8,11 @@ no audit event (PEP 578 has none for either). So the path from "call the graded 
 
 - `seal(modules)` copies each function of `modules` onto a private dict of its module's names
   (taken before the submission loads, with the builtins frozen in): a name it looks up at call
-  time is read there, and no object the submission can reach holds that dict; a sealed module it
-  names (`wire.encode`) is the sealed copy. What the modules bind at import (torch's descriptors,
-  the C functions they call) is bound for good.
+  time is read there, and no object the submission can reach holds that dict. A function of a
+  sealed module that it names (`wire.encode`), or that a module-level table holds
+  (`probes.PROBES`), is the sealed copy; a module-level dict, list or set is a copy of its own
+  (the original's contents are the submission's to change). What the modules bind at import
+  (torch's descriptors, the C functions they call) is bound for good.
 - The modules sealed define no class on that path (a class attribute is found and rebound like
   any other): their state is closures, `types.SimpleNamespace`, dicts and tuples, whose types'
   attributes cannot be set.
@@ -46,6 +48,10 @@ def seal(modules: tuple[types.ModuleType, ...]) -> Sealed:
                 space[key] = copies[id(value)]
             elif type(value) is types.ModuleType and value.__name__ in namespaces:
                 space[key] = namespaces[value.__name__]
+            elif type(value) is dict:  # a table of functions (`probes.PROBES`): its copies
+                space[key] = {k: copies.get(id(v), v) for k, v in value.items()}
+            elif type(value) in (list, set):
+                space[key] = type(value)(copies.get(id(v), v) for v in value)
         vars(namespaces[name]).update(space)
     return namespaces
 

@@ -129,7 +129,8 @@ NEUTRAL = _neutral()
 CodeFinder = NEUTRAL["CodeFinder"]
 # the modules on the path from a probe's call to its answer on the wire: sealed (`sealed`)
 SEALED = ("autograder.protocol.answers", "autograder.protocol.saved_bytes",
-          "autograder.protocol.wire", "autograder.untrusted.ranks", "autograder.untrusted.probes")
+          "autograder.protocol.wire", "autograder.untrusted.ranks", "autograder.untrusted.probes",
+          "autograder.untrusted.provenance")
 
 
 def sealed() -> dict:
@@ -209,7 +210,7 @@ def load(config: dict, seals: dict | None = None):
     `seals`: the sealed modules (`sealed`) that build the state; sealed here where not given."""
     from autograder.protocol.markers import GIVEN_HEAD
 
-    seals = seals or sealed()
+    seals = seals or sealed()  # before the submission loads, like all it binds below
     submission_state = seals["autograder.untrusted.probes"].submission_state
     function_status = seals["autograder.protocol.answers"].function_status
     _stand_in_for_selfcheck()
@@ -230,7 +231,7 @@ def load(config: dict, seals: dict | None = None):
     written = {name for name in GRADED_FUNCTIONS if _written(submission, name)}  # its text
     provenance, compiled, errors = _compile_submission(submission, finder.codes)
     allow_unread = bool(config.get("allow_unread"))  # --allow-reference
-    unread_of = provenance.unread  # bound before the submission runs
+    unread_of = seals["autograder.untrusted.provenance"].judge(provenance)  # sealed
     _refuse_signal_handlers()
     if GIVEN_HEAD in finder.codes:  # run before the submission: its functions' defaults bound
         importlib.import_module(GIVEN_HEAD)
