@@ -406,8 +406,10 @@ def compute_entropy(logits):
 # every module dict of the grader's that a class's methods lead to (`__globals__`), walked down
 # through the modules and functions they name: each callable there, and each method of the
 # grader's classes, becomes a liar; what the wire's answer is written with (`os.write`,
-# `json.dumps`) rewrites true as false; autograd's flag is a property that says False, and a torch
-# function mode on torch's stack answers False to every read of it.
+# `json.dumps`) rewrites true as false; a property on each class hands over the objects it is
+# read on (the provenance, its counter of calls into the given head); autograd's flag is a
+# property that says False, and a torch function mode on torch's stack answers False to every
+# read of it.
 REWRITE_EVERYTHING = """import json
 import os
 import types
@@ -455,6 +457,18 @@ for _cls in _theirs:
         if isinstance(_value, types.FunctionType):
             setattr(_cls, _name, _liar)
             REPORT["rebound"] += 1
+_stolen = []  # a property on the grader's classes is handed each object it is read on
+
+
+def _stealing(name):
+    return property(lambda self: _stolen.append(type(self).__name__) or vars(self)[name])
+
+
+for _cls in _theirs:
+    for _name in ("given_calls", "captured", "namespaces", "origins", "helpers", "read",
+                  "compile_read", "capture"):
+        setattr(_cls, _name, _stealing(_name))
+REPORT["stolen"] = _stolen
 _write, _dumps = os.write, json.dumps
 os.write = lambda fd, data: _write(fd, bytes(data).replace(b"true", b"false"))
 json.dumps = lambda *args, **kwargs: _dumps(*args, **kwargs).replace("true", "false")
@@ -484,6 +498,7 @@ def test_what_the_submission_rewrites_of_the_grader_changes_no_measurement(tmp_p
     assert {"autograder.protocol.saved_bytes", "autograder.protocol.wire"} <= set(
         attacked["report"]["modules"]) and attacked["report"]["rebound"] > 50, attacked["report"]
     assert attacked["statuses"] == {"compute_entropy": "ok"}, attacked
+    assert attacked["report"]["stolen"] == []
     assert attacked["call"] == honest, (attacked["call"], attacked["report"])
 
 

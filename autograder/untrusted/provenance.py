@@ -141,6 +141,40 @@ def _inner(item) -> list:
     return gc.get_referents(item)
 
 
+def _compiler(read: set, origins: set, loading: list):
+    """compile_read(text, filename): compile submission text the trusted side read; every code
+    object in it is read (`read`), its file name an origin."""
+
+    def compile_read(text: str, filename: str) -> types.CodeType:
+        loading[0] = True
+        try:
+            code = compile(text, filename, "exec")
+        finally:
+            loading[0] = False
+        read.update(_nested(code))
+        origins.add(filename)
+        return code
+
+    return compile_read
+
+
+def _capturer(captured: list):
+    """capture(origin, source): keep a source text as evidence in `captured`, within the caps."""
+    chars = [0]
+
+    def capture(origin: str, source) -> None:
+        text = _text(source)
+        if text is None or len(captured) >= MAX_CAPTURED \
+                or any(text == kept for _, kept in captured):
+            return
+        text = text[:min(MAX_TEXT_CHARS, MAX_CAPTURED_CHARS - chars[0])]
+        if text:
+            chars[0] += len(text)
+            captured.append((origin, text))
+
+    return capture
+
+
 class Provenance:
     """The submission's read code, the text the library wrote for it, and the hook that refuses
     the rest."""
@@ -157,32 +191,14 @@ class Provenance:
         self.generated: set[types.CodeType] = set()  # dataclass and namedtuple methods
         self._loading = [False]
         self.given_calls = [0]  # calls into the given chunked head: only the hook adds to it
-        self._captured_chars = 0
+        # closures, not methods: the loader binds them before the submission runs, and nothing
+        # it calls afterwards looks an attribute up on this object (a property the submission
+        # set on the class would be handed the object, and its `given_calls` with it)
+        self.compile_read = _compiler(self.read, self.origins, self._loading)
+        self.capture = _capturer(self.captured)
         for name, text in helpers.items():
             with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
                 self.helpers[name] = self.compile_read(text, name)
-
-    # ---- the loader ------------------------------------------------------------------------
-    def compile_read(self, text: str, filename: str) -> types.CodeType:
-        """Compile submission text the trusted side read; every code object in it is read."""
-        self._loading[0] = True
-        try:
-            code = compile(text, filename, "exec")
-        finally:
-            self._loading[0] = False
-        self.read.update(_nested(code))
-        self.origins.add(filename)
-        return code
-
-    def capture(self, origin: str, source) -> None:
-        text = _text(source)
-        if text is None or len(self.captured) >= MAX_CAPTURED \
-                or any(text == kept for _, kept in self.captured):
-            return
-        text = text[:min(MAX_TEXT_CHARS, MAX_CAPTURED_CHARS - self._captured_chars)]
-        if text:
-            self._captured_chars += len(text)
-            self.captured.append((origin, text))
 
     # ---- the audit hook --------------------------------------------------------------------
     def arm(self, roots: tuple[str, ...] = (), refuse_text: bool = True, given=None) -> None:

@@ -232,13 +232,19 @@ def load(config: dict, seals: dict | None = None):
     provenance, compiled, errors = _compile_submission(submission, finder.codes)
     allow_unread = bool(config.get("allow_unread"))  # --allow-reference
     unread_of = seals["autograder.untrusted.provenance"].judge(provenance)  # sealed
+    # all the loader uses of `provenance` once the submission runs, bound now: no attribute of it
+    # is looked up afterwards (a property set on its class would be handed the object)
+    loader = types.SimpleNamespace(compile_read=provenance.compile_read, helpers=provenance.helpers,
+                                   capture=provenance.capture, captured=provenance.captured,
+                                   namespaces=provenance.namespaces, origins=provenance.origins,
+                                   given_calls=provenance.given_calls)
     _refuse_signal_handlers()
     if GIVEN_HEAD in finder.codes:  # run before the submission: its functions' defaults bound
         importlib.import_module(GIVEN_HEAD)
     provenance.arm(tuple(config.get("paths", [])), refuse_text=not allow_unread,
                    given=finder.codes.get(GIVEN_HEAD))
     _hide_grader()  # from here on the submission's code runs
-    namespaces = _run_submission(submission, compiled, provenance, errors, config)
+    namespaces = _run_submission(submission, compiled, loader, errors, config)
     functions, statuses, unread = _judge(submission, namespaces,
                                          None if allow_unread else unread_of, function_status)
     recheck = _rechecking(functions, None if allow_unread else unread_of)  # what was judged
@@ -248,13 +254,13 @@ def load(config: dict, seals: dict | None = None):
     stand_in_for_stubs({n: f for n, f in functions.items()
                         if statuses[n] == "ok" and n in written}, namespaces)
     state = submission_state(functions, statuses, config["device"], counter, recheck=recheck,
-                             given_head_calls=provenance.given_calls)
+                             given_head_calls=loader.given_calls)
     served = [m for f in sys.meta_path if isinstance(f, CodeFinder) and f.top_level
               for m in f.served]
-    for name in provenance.helpers:
+    for name in loader.helpers:
         if name[:-3] in served:
-            provenance.capture(f"the helper module {name}, served", submission["files"][name])
-    return state, errors, unread, provenance.captured
+            loader.capture(f"the helper module {name}, served", submission["files"][name])
+    return state, errors, unread, loader.captured
 
 
 def _compile_submission(submission: dict, course: dict):
@@ -286,10 +292,11 @@ def _compile_submission(submission: dict, course: dict):
     return provenance, compiled, errors
 
 
-def _run_submission(submission: dict, compiled: list, provenance, errors: list,
+def _run_submission(submission: dict, compiled: list, loader, errors: list,
                     config: dict) -> list[dict]:
     """Run what was compiled (armed: the hook refuses code the grader did not read); the
-    submission's module dicts, one per unit (a .py, an importable module: one)."""
+    submission's module dicts, one per unit (a .py, an importable module: one). `loader`: what
+    of the provenance the loader uses, bound before the submission runs (`load`)."""
     kind, target = submission["kind"], submission["target"]
     if kind == "module":
         namespaces = []
@@ -297,7 +304,7 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
             namespaces.append(vars(importlib.import_module(target)))
         except BaseException as exc:
             errors.append(f"import {target}: {type(exc).__name__}: {exc}")
-        _read_modules(provenance, config.get("paths", []))
+        _read_modules(loader, config.get("paths", []))
     else:
         units = [{"name": "submission", "file": target, "count": 1}] if kind == "py" else \
             [{"name": f"submission_{u['name'].split('.')[0]}", "file": u["name"],
@@ -307,7 +314,7 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
             module = types.ModuleType(unit["name"])
             module.__file__ = unit["file"]
             sys.modules[module.__name__] = module
-            provenance.namespaces.append(vars(module))
+            loader.namespaces.append(vars(module))
             for _ in range(unit["count"]):
                 label, code = next(codes)
                 try:
@@ -317,8 +324,8 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
                     shown = os.path.basename(label) if kind == "py" else label
                     errors.append(f"{shown}: {type(exc).__name__}: {exc}")
             namespaces.append(vars(module))
-    provenance.namespaces += [vars(m) for m in list(sys.modules.values())
-                              if getattr(m, "__file__", None) in provenance.origins]
+    loader.namespaces += [vars(m) for m in list(sys.modules.values())
+                              if getattr(m, "__file__", None) in loader.origins]
     return namespaces
 
 
@@ -380,7 +387,7 @@ def _refuse_signal_handlers() -> None:
         rules.load()
 
 
-def _read_modules(provenance, paths: list[str]) -> None:
+def _read_modules(loader, paths: list[str]) -> None:
     """An importable module's files (under `paths`, which the sandbox shows): read as text here,
     so its code objects are the ones the grader's copy rule reads on its side."""
     for module in list(sys.modules.values()):
@@ -388,7 +395,7 @@ def _read_modules(provenance, paths: list[str]) -> None:
         if isinstance(file, str) and any(file.startswith(p + os.sep) for p in paths):
             with contextlib.suppress(OSError, SyntaxError, ValueError, RecursionError):
                 with open(file, encoding="utf-8") as handle:
-                    provenance.compile_read(handle.read(), file)
+                    loader.compile_read(handle.read(), file)
 
 
 def _written(submission: dict, name: str) -> bool:
