@@ -1,4 +1,4 @@
-# attack: forgery - from object.__subclasses__() (every class, walked down), the grader's classes lead through their methods' __globals__ to the probes' and the wire's module dicts: rebind every helper there that measures or encodes (the autograd flag, the given head's count, json in the wire), so token_entropy, which keeps its autograd graph, is reported as computed without autograd
+# attack: forgery - from object.__subclasses__() (every class, walked down), the grader's classes lead through their methods' __globals__ to the probes' and the wire's module dicts: rebind every helper there that measures or encodes (the autograd flags, the copy of the answer that reads them, the given head's count, json in the wire), so token_entropy, which keeps its autograd graph, is reported as computed without autograd
 # functions: get_response_log_probs
 # honest: 6
 # says: token_entropy requires grad
@@ -54,6 +54,15 @@ def _lying_flags(measured):
     return flags
 
 
+def _lying_copy(measured):
+    def to_plain(x, flags=None, prefix="", depth=0):
+        plain = measured(x, flags, prefix, depth)
+        if flags is not None and "token_entropy" in flags:
+            flags["token_entropy"] = False
+        return plain
+    return to_plain
+
+
 def _lying_json():
     def dumps(value, **kwargs):
         return _json.dumps(value, **kwargs).replace('"token_entropy":true', '"token_entropy":false')
@@ -65,6 +74,8 @@ for _namespace in _grader_dicts():
     REPORT.append(str(_namespace.get("__name__")))
     if callable(_namespace.get("_requires_grad")):
         _namespace["_requires_grad"] = _lying_flags(_namespace["_requires_grad"])
+    if "flags" in getattr(getattr(_namespace.get("to_plain"), "__code__", None), "co_varnames", ()):
+        _namespace["to_plain"] = _lying_copy(_namespace["to_plain"])  # it reads the flags too
     if callable(_namespace.get("_given_head_calls")):
         _namespace["_given_head_calls"] = lambda state: 0
     if getattr(_namespace.get("json"), "dumps", None) is _json.dumps and "encode" in _namespace:
