@@ -33,15 +33,15 @@ class InProcessRunner:
     def __init__(self, namespace: dict, device: str):
         from autograder.protocol.answers import function_status
         from autograder.trusted.reference import counting_calls, is_reference
-        from autograder.untrusted.probes import SubmissionState
+        from autograder.untrusted.probes import submission_state
         from course.registry import GRADED_FUNCTIONS
 
         counter = Counter()
         functions = {name: namespace.get(name) for name in GRADED_FUNCTIONS}
         statuses = {name: function_status(function, is_reference(function, name))
                     for name, function in functions.items()}
-        self.state = SubmissionState(functions, statuses, device, counter,
-                                     patch=lambda: counting_calls(counter, [namespace]))
+        self.state = submission_state(functions, statuses, device, counter,
+                                      patch=lambda: counting_calls(counter, [namespace]))
         self.ready = {"status": "ready", "statuses": statuses, "errors": []}
 
     def start(self) -> dict:

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from autograder.api import grade
 from autograder.protocol.helpers import is_library, servable
+from autograder.protocol.wire import decode
 from autograder.trusted.grader import _sources
 from autograder.trusted.isolation import sandbox_problem
 from course.submissions.reader import load_submission
@@ -28,12 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "autograder_cases"
 REDTEAM = ROOT / "tests" / "redteam"
 
-# a stage child's load and one probe call of compute_entropy, in a process of its own; prints
-# {"statuses", "unread", "errors", "captured", "call", "tensor", "report", "probes"} ("report": the
-# submission's REPORT global, plain data it gathered about what it could reach; "probes": the id
-# of the probes module that answers)
+# a stage child's load and one probe call of compute_entropy, in a process of its own, answered
+# as `worker.serve` answers (the sealed probes and wire, bound before the submission loads; the
+# answer written to a pipe); prints {"statuses", "unread", "errors", "captured", "answer" (the
+# frame's payload, hex: `_load` decodes it as the trusted side does, in its own process),
+# "report", "probes"} ("report": the submission's REPORT global, plain data it gathered about
+# what it could reach; "probes": the id of the probes module the grader imported)
 DRIVER = """
-import json, sys
+import json, os, sys
 from pathlib import Path
 import torch
 import autograder.untrusted.worker as worker
@@ -45,15 +49,20 @@ submission = load_submission(sys.argv[1], Path(sys.argv[1]).parent)
 stage = STAGE_OF["compute_entropy"]
 config = {"submission": submission.to_request(), "device": "cpu", "stage": stage, "paths": [],
           "grading_reference": False, "course": course_sources(stage)}
-state, errors, unread, captured = worker.load(config)
-call = probes.handle(state, {"kind": "call", "function": "compute_entropy", "count_given_head": True,
-                             "kwargs": {"logits": torch.zeros(2, 3)}})
+seals = worker.sealed()
+sealed = seals["autograder.untrusted.probes"]
+handle, to_plain, send = sealed.handle, sealed.to_plain, worker._channel(
+    seals["autograder.protocol.wire"])[1]
+dumps, read, answer, written = json.dumps, os.read, *os.pipe()
+state, errors, unread, captured = worker.load(config, seals)
+call = handle(state, {"kind": "call", "function": "compute_entropy", "count_given_head": True,
+                      "count_saved_bytes": True, "kwargs": {"logits": torch.zeros(2, 3)}})
+send(written, to_plain(call))
+frame = read(answer, 1 << 16)
 report = vars(sys.modules["submission"]).get("REPORT")
-print(json.dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
-                  "unread": unread, "errors": errors, "captured": captured, "report": report,
-                  "call": {k: v for k, v in call.items() if type(v) in (str, bool, dict, int)},
-                  "tensor": type(call.get("output")) is torch.Tensor,
-                  "probes": id(probes)}))
+print(dumps({"statuses": {"compute_entropy": state.statuses["compute_entropy"]},
+             "unread": unread, "errors": errors, "captured": captured, "report": report,
+             "answer": frame[8:].hex(), "probes": id(probes)}))
 """
 
 HONEST_ENTROPY = '''
@@ -72,7 +81,11 @@ def _load(tmp_path: Path, text: str, **helpers: str) -> dict:
     done = subprocess.run([sys.executable, "-c", DRIVER, str(folder / "submission.py")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    call = decode(bytes.fromhex(loaded.pop("answer")))
+    loaded["call"] = {k: v for k, v in call.items() if type(v) in (str, bool, dict, int)}
+    loaded["tensor"] = type(call.get("output")) is torch.Tensor
+    return loaded
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -327,8 +340,6 @@ def test_unread_code_behind_a_library_wrapper_is_found():
     truly (`__wrapped__` can be rebound): the loader looks at what they hold."""
     import functools
 
-    import torch
-
     from autograder.untrusted.provenance import Provenance
 
     provenance = Provenance({}, {})
@@ -381,3 +392,164 @@ def test_calls_into_the_given_head_are_counted_where_the_submission_cannot_write
     else:
         assert loaded["call"]["status"] == "error" and says in loaded["call"]["message"], \
             loaded["call"]
+
+
+# ---- what the probes measure, against a submission that rewrites what it can reach ------------
+MEASURED = """
+W = torch.ones(3, requires_grad=True)
+
+
+def compute_entropy(logits):
+    return (logits.exp() * W).sum(-1)  # requires grad; keeps exp's 2 x 3 float32 for backward
+"""
+
+# every module dict of the grader's that a class's methods lead to (`__globals__`), walked down
+# through the modules and functions they name: each callable there, and each method of the
+# grader's classes, becomes a liar; what the wire's answer is written with (`os.write`,
+# `json.dumps`) rewrites true as false; a property on each class hands over the objects it is
+# read on (the provenance, its counter of calls into the given head); autograd's flag is a
+# property that says False, and a torch function mode on torch's stack answers False to every
+# read of it.
+REWRITE_EVERYTHING = """import json
+import os
+import types
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+def _classes():
+    todo, seen = [object], set()
+    while todo:
+        cls = todo.pop()
+        if id(cls) not in seen:
+            seen.add(id(cls))
+            try:
+                todo += type.__subclasses__(cls)
+            except TypeError:
+                pass
+            yield cls
+
+
+def _liar(*args, **kwargs):
+    return {"status": "ok", "requires_grad": {"": False}, "saved_bytes": 0, "output": 0}
+
+
+_theirs = [c for c in _classes() if str(getattr(c, "__module__", "")).startswith("autograder")]
+_todo = [getattr(getattr(v, "__func__", v), "__globals__", None) for c in _theirs
+         for v in list(vars(c).values())]
+_found = {}
+while _todo:
+    _namespace = _todo.pop()
+    if isinstance(_namespace, dict) and id(_namespace) not in _found \\
+            and str(_namespace.get("__name__")).startswith("autograder"):
+        _found[id(_namespace)] = _namespace
+        _todo += [vars(v) if isinstance(v, types.ModuleType) else getattr(v, "__globals__", None)
+                  for v in list(_namespace.values())]
+REPORT = {"modules": sorted(str(n["__name__"]) for n in _found.values()), "rebound": 0}
+for _namespace in _found.values():
+    for _name, _value in list(_namespace.items()):
+        if callable(_value) and not _name.startswith("__"):
+            _namespace[_name] = _liar
+            REPORT["rebound"] += 1
+for _cls in _theirs:
+    for _name, _value in list(vars(_cls).items()):
+        if isinstance(_value, types.FunctionType):
+            setattr(_cls, _name, _liar)
+            REPORT["rebound"] += 1
+_stolen = []  # a property on the grader's classes is handed each object it is read on
+
+
+def _stealing(name):
+    return property(lambda self: _stolen.append(type(self).__name__) or vars(self)[name])
+
+
+for _cls in _theirs:
+    for _name in ("given_calls", "captured", "namespaces", "origins", "helpers", "read",
+                  "compile_read", "capture"):
+        setattr(_cls, _name, _stealing(_name))
+REPORT["stolen"] = _stolen
+_write, _dumps = os.write, json.dumps
+os.write = lambda fd, data: _write(fd, bytes(data).replace(b"true", b"false"))
+json.dumps = lambda *args, **kwargs: _dumps(*args, **kwargs).replace("true", "false")
+
+
+class _Liar(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        return False if getattr(func, "__self__", None) is torch._C.TensorBase.requires_grad \\
+            else result
+
+
+_Liar().__enter__()
+torch.Tensor.requires_grad = property(lambda self: False)
+"""
+
+
+def test_what_the_submission_rewrites_of_the_grader_changes_no_measurement(tmp_path):
+    """The probes, the wire and the saved-bytes count run as sealed copies bound before the
+    submission loads (`autograder.untrusted.seal`), and read autograd with torch functions
+    disabled: a submission that rebinds every callable of the grader's it can reach, and the
+    library calls an answer is written with, changes nothing the probes answer."""
+    honest = _load(tmp_path, "import torch\n" + MEASURED)["call"]
+    assert honest["requires_grad"] == {"": True} and honest["saved_bytes"] == 2 * 3 * 4, honest
+    assert honest["given_head_calls"] == 0 and honest["status"] == "ok"
+    attacked = _load(tmp_path, REWRITE_EVERYTHING + MEASURED)
+    assert {"autograder.protocol.saved_bytes", "autograder.protocol.wire"} <= set(
+        attacked["report"]["modules"]) and attacked["report"]["rebound"] > 50, attacked["report"]
+    assert attacked["statuses"] == {"compute_entropy": "ok"}, attacked
+    assert attacked["report"]["stolen"] == []
+    assert attacked["call"] == honest, (attacked["call"], attacked["report"])
+
+
+def test_a_sealed_module_reads_its_names_where_rebinding_the_originals_does_not_reach():
+    """`seal`: a copy of each function on a private dict; the functions another sealed module
+    names, or a table holds, are the copies; dicts, lists and sets are copies of their own."""
+    import types
+
+    from autograder.untrusted.seal import seal
+
+    low, high = types.ModuleType("low"), types.ModuleType("high")
+    exec("LIMIT = [3]\n\ndef measure(x):\n    return min(x, LIMIT[0])\n", vars(low))
+    vars(high).update(low=low, measure=vars(low)["measure"])
+    exec("TABLE = {'call': measure}\n\ndef answer(x):\n    return TABLE['call'](x), "
+         "low.measure(x), len([x])\n", vars(high))
+    sealed = seal((low, high))["high"]
+    assert sealed.answer(5) == (3, 3, 1)
+
+    def liar(*args):
+        return 0
+
+    vars(low).update(measure=liar, min=liar)
+    vars(high).update(TABLE={"call": liar}, low=types.SimpleNamespace(measure=liar), len=liar)
+    vars(low)["LIMIT"][0] = 100
+    assert high.answer(5) == (0, 0, 0)  # the originals lie
+    assert sealed.answer(5) == (3, 3, 1)  # the sealed copies do not
+    assert sealed.answer.__globals__ is not vars(high) and sealed.TABLE["call"] is not liar
+
+
+def test_a_mode_left_on_torchs_stacks_does_not_change_what_the_train_step_probe_reads():
+    """A dispatch mode (or a function mode) the submission left on torch's stacks sees the ops the
+    grader runs after its call: the parameters and their gradients are read with both off."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from autograder.untrusted.probes import _flat_parameters, _grads_left, _parameters
+
+    class Zeroes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            return torch.zeros_like(result) if isinstance(result, torch.Tensor) else 0
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    parameters = _parameters(model)
+    assert [id(p) for p in parameters] == [id(p) for p in model.parameters()]
+    parameters[0].grad = torch.ones(2, 2)
+    mode = Zeroes()
+    mode.__enter__()
+    try:
+        assert not bool(torch.ones(1).count_nonzero())  # the mode lies to whoever asks
+        flat, left = _flat_parameters(parameters), _grads_left(parameters)
+    finally:
+        mode.__exit__(None, None, None)
+    assert left and torch.equal(flat, torch.cat([p.detach().reshape(-1).double()
+                                                 for p in model.parameters()]))

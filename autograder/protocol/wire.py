@@ -51,6 +51,28 @@ DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
     torch.int16, torch.int8, torch.uint8, torch.bool)}
 
 
+# what the worker's side calls, bound at import: the stage child runs `seal`ed copies of these
+# functions (`autograder.untrusted.seal`), whose globals are these bindings, made before the
+# submission loads; what it patches in `os`, `json` or torch afterwards is not what they call
+_READ, _WRITE, _SELECT, _NOW = os.read, os.write, select.select, time.monotonic
+_AS_PLAIN, _DETACH, _CPU, _CONTIGUOUS, _RESHAPE, _VIEW, _NUMPY = (
+    torch._C.TensorBase.as_subclass, torch._C.TensorBase.detach, torch._C.TensorBase.cpu,
+    torch._C.TensorBase.contiguous, torch._C.TensorBase.reshape, torch._C.TensorBase.view,
+    torch._C.TensorBase.numpy)
+_TENSOR, _BYTES, _NO_TORCH_FUNCTION = torch.Tensor, torch.uint8, torch._C.DisableTorchFunction
+
+
+def _unencodable(x):
+    raise TypeError(f"{type(x).__name__} is not plain data")
+
+
+# json.dumps(..., separators=(",", ":")) in C (json.dumps runs JSONEncoder, a Python class):
+# no cycle markers (a tree has none), strings escaped to ASCII, NaN and infinities allowed
+# (json.loads reads them back)
+_JSON = json.encoder.c_make_encoder(None, _unencodable, json.encoder.encode_basestring_ascii,
+                                    None, ":", ",", False, False, True)
+
+
 class WireError(ValueError):
     """An answer the grader refuses to decode (the worker gets the "garbage" diagnosis)."""
 
@@ -70,11 +92,11 @@ def write_frame(fd: int, payload: bytes, deadline: float | None = None) -> None:
     view = memoryview(len(payload).to_bytes(8, "little") + payload)
     while view:
         if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+            remaining = deadline - _NOW()
+            if remaining <= 0 or not _SELECT([], [fd], [], remaining)[1]:
                 raise Timeout
         try:
-            view = view[os.write(fd, view[: 1 << 20]):]
+            view = view[_WRITE(fd, view[: 1 << 20]):]
         except BlockingIOError:
             continue
 
@@ -93,10 +115,10 @@ def _read_exactly(fd: int, count: int, deadline: float | None) -> bytes:
     data = bytearray()
     while len(data) < count:
         if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            remaining = deadline - _NOW()
+            if remaining <= 0 or not _SELECT([fd], [], [], remaining)[0]:
                 raise Timeout
-        chunk = os.read(fd, min(count - len(data), 1 << 20))
+        chunk = _READ(fd, min(count - len(data), 1 << 20))
         if not chunk:
             raise Closed
         data += chunk
@@ -116,12 +138,13 @@ def encode(value) -> bytes:
             x = str.__str__(x)
             cut = f" [... {len(x) - MAX_STRING // 2:,} more characters]"
             return x if len(x) <= MAX_STRING else x[:MAX_STRING // 2] + cut
-        if isinstance(x, torch.Tensor):
-            tensor = torch.Tensor.as_subclass(x, torch.Tensor).detach().cpu().contiguous()
-            name = str(tensor.dtype).removeprefix("torch.")
-            if name not in DTYPES:
-                return {"d": {"__unsupported__": f"a tensor of dtype {name}"}}
-            blobs.append(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        if isinstance(x, _TENSOR):
+            with _NO_TORCH_FUNCTION():
+                tensor = _CONTIGUOUS(_CPU(_DETACH(_AS_PLAIN(x, _TENSOR))))
+                name = str(tensor.dtype).removeprefix("torch.")
+                if name not in DTYPES:
+                    return {"d": {"__unsupported__": f"a tensor of dtype {name}"}}
+                blobs.append(_NUMPY(_VIEW(_RESHAPE(tensor, -1), _BYTES)).tobytes())
             return {"T": [name, list(tensor.shape)]}
         if isinstance(x, dict):
             return {"d": {str(k): tree(v) for k, v in x.items()}}
@@ -134,7 +157,7 @@ def encode(value) -> bytes:
                 return plain(x)
         return {"d": {"__unsupported__": type(x).__name__}}
 
-    header = json.dumps(tree(value), separators=(",", ":")).encode()
+    header = "".join(_JSON(tree(value), 0)).encode()
     return len(header).to_bytes(4, "little") + header + b"".join(blobs)
 
 

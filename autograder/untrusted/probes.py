@@ -14,48 +14,67 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+import types
 
 import torch
 
 from autograder.protocol import wire
 from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
-from autograder.protocol.saved_bytes import SavedBytes
+from autograder.protocol.saved_bytes import saved_bytes_counter
 from autograder.untrusted import ranks
 
 MAX_DEPTH = 6
 
 
-@dataclass
-class SubmissionState:
-    """The functions under test, and a counter of calls into the reference of the same name."""
+def submission_state(functions: dict, statuses: dict, device: str = "cpu",
+                     reference_calls: dict | None = None, patch=None, recheck=None,
+                     given_head_calls: list | None = None, ranks: list | None = None):
+    """What the probes know of a submission: the functions under test, their statuses, and
+    `reference_calls` ({name: calls into the reference of that name}). `patch`: a context
+    manager factory that installs call counters (in-process mode); `recheck(name)`: why `name` is
+    no longer the code judged at load; `given_head_calls`: [calls into the given head], counted by
+    the hook; `ranks`: data-parallel ranks forked before the submission loaded (tier 2). A
+    `SimpleNamespace`, not a class of the grader's: no attribute of its type can be set."""
+    return _NAMESPACE(functions=functions, statuses=statuses, device=device,
+                      reference_calls={} if reference_calls is None else reference_calls,
+                      patch=patch, recheck=recheck, given_head_calls=given_head_calls,
+                      ranks=ranks)
 
-    functions: dict
-    statuses: dict
-    device: str = "cpu"
-    reference_calls: Counter = field(default_factory=Counter)
-    patch: object = None  # context manager factory that installs call counters (in-process mode)
-    recheck: object = None  # recheck(name): why `name` is no longer the code judged at load
-    given_head_calls: list | None = None  # [calls into the given head], counted by the hook
-    ranks: list | None = None  # data-parallel ranks forked before the submission loaded (tier 2)
+
+# bound at import, before any submission loads (the stage child runs `seal`ed copies, whose
+# globals are these, as they were then): patching torch's modules later changes neither
+_NAMESPACE = types.SimpleNamespace
+_TENSOR = torch.Tensor
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # subclasses' and modes' alike
+_REQUIRES_GRAD = torch._C.TensorBase.requires_grad
+_AS_PLAIN = torch._C.TensorBase.as_subclass
+_DETACH, _CPU, _CLONE, _CONTIGUOUS = (torch._C.TensorBase.detach, torch._C.TensorBase.cpu,
+                                      torch._C.TensorBase.clone, torch._C.TensorBase.contiguous)
+_ITEMS, _NO_COUNTER = dict.items, contextlib.nullcontext
 
 
-def to_plain(x, depth: int = 0):
-    """Plain data only: a tensor subclass becomes a plain tensor, anything unknown a type name."""
+def to_plain(x, flags: dict | None = None, prefix: str = "", depth: int = 0):
+    """Plain data only: a tensor subclass becomes a plain tensor, anything unknown a type name.
+    `flags`: filled with {path: whether the tensor there requires grad}, read in the same pass
+    (a container that answers differently each time it is read cannot show the flags one value
+    and the output another). Containers are read with the built-in types' own methods."""
     if depth > MAX_DEPTH:
         return {"__unsupported__": "nested too deep"}
-    if isinstance(x, torch.Tensor):
-        plain = torch.Tensor.as_subclass(x, torch.Tensor)
-        return torch.Tensor.detach(plain).cpu().clone().contiguous()
+    if isinstance(x, _TENSOR):
+        if flags is not None:
+            flags[prefix] = _tensor_requires_grad(x)
+        with _NO_TORCH_FUNCTION():
+            return _CONTIGUOUS(_CLONE(_CPU(_DETACH(_AS_PLAIN(x, _TENSOR)))))
     if isinstance(x, (bool, int, float, str)) or x is None:
         return type(x)(x) if x is not None else None
-    if isinstance(x, dict):
-        return {str(k): to_plain(v, depth + 1) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        items = [to_plain(v, depth + 1) for v in x]
-        return tuple(items) if isinstance(x, tuple) else items
+    if issubclass(type(x), dict):
+        return {str(k): to_plain(v, flags, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+                for k, v in list(_ITEMS(x))}
+    if issubclass(type(x), (list, tuple)):
+        items = [to_plain(v, flags, f"{prefix}.{i}" if prefix else str(i), depth + 1)
+                 for i, v in enumerate(list(x))]
+        return tuple(items) if issubclass(type(x), tuple) else items
     if hasattr(x, "item") and hasattr(x, "dtype"):  # numpy scalars
         try:
             return float(x.item())
@@ -64,30 +83,13 @@ def to_plain(x, depth: int = 0):
     return {"__unsupported__": type(x).__name__}
 
 
-# bound at import, before any submission loads: patching torch's modules later changes neither
-_NO_SUBCLASS_FUNCTIONS = torch._C.DisableTorchFunctionSubclass
-_REQUIRES_GRAD = torch._C.TensorBase.requires_grad
-
-
 def _tensor_requires_grad(x: torch.Tensor) -> bool:
     """Autograd's own flag: a tensor subclass may override `requires_grad` (a property that says
-    False) or intercept it in `__torch_function__`; the base class's descriptor, with torch
-    functions of subclasses disabled, reads what autograd will do."""
-    with _NO_SUBCLASS_FUNCTIONS():
+    False) or intercept it in `__torch_function__`, and a torch function mode left on torch's
+    stack sees the read too; the base class's descriptor, with torch functions disabled (the
+    subclasses' and the modes'), reads what autograd will do."""
+    with _NO_TORCH_FUNCTION():
         return bool(_REQUIRES_GRAD.__get__(x))
-
-
-def _requires_grad(x, prefix: str = "") -> dict:
-    if isinstance(x, torch.Tensor):
-        return {prefix: _tensor_requires_grad(x)}
-    flags = {}
-    if isinstance(x, dict):
-        for k, v in x.items():
-            flags.update(_requires_grad(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            flags.update(_requires_grad(v, f"{prefix}.{i}" if prefix else str(i)))
-    return flags
 
 
 def get_path(output, path: str):
@@ -96,13 +98,13 @@ def get_path(output, path: str):
     return output
 
 
-def _given_head_calls(state: SubmissionState) -> int:
+def _given_head_calls(state: types.SimpleNamespace) -> int:
     """Calls into the given chunked head so far, as the stage child's hook counted them (0 where
     nothing counts: the notebook's own kernel)."""
     return state.given_head_calls[0] if state.given_head_calls else 0
 
 
-def _call_guarded(state: SubmissionState, name: str, fn):
+def _call_guarded(state: types.SimpleNamespace, name: str, fn):
     """Run fn(), unless `name` is no longer the code the grader read and judged at load
     (`state.recheck`: its `__code__` swapped, what it reaches changed); report delegation if the
     reference `name` was called meanwhile."""
@@ -111,16 +113,16 @@ def _call_guarded(state: SubmissionState, name: str, fn):
         return {"status": "unread", "why": why}
     state.reference_calls.clear()
     try:
-        with state.patch() if state.patch else contextlib.nullcontext():
+        with state.patch() if state.patch else _NO_COUNTER():
             result = fn()
     except Exception as exc:
         result = exception_answer(exc)
-    if state.reference_calls[name]:
+    if state.reference_calls.get(name):
         return {"status": "delegated"}
     return result
 
 
-def probe_call(state: SubmissionState, request: dict) -> dict:
+def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
     name = request["function"]
     function = state.functions[name]
     kwargs = resolve(request["kwargs"], state.device)
@@ -135,15 +137,21 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
-        saved = SavedBytes(kwargs, watch_hooks=True) if request.get("count_saved_bytes") \
-            else contextlib.nullcontext()
-        with torch.no_grad() if request.get("no_grad") else contextlib.nullcontext(), saved:
-            output = function(**kwargs)
-        response = {"status": "ok", "output": to_plain(output),
-                    "requires_grad": _requires_grad(output)}
+        saved = saved_bytes_counter(kwargs, watch_hooks=True) \
+            if request.get("count_saved_bytes") else None
+        with torch.no_grad() if request.get("no_grad") else _NO_COUNTER():
+            if saved is not None:
+                saved.enter()
+            try:
+                output = function(**kwargs)
+            finally:
+                if saved is not None:
+                    saved.leave()
+        flags = {}
+        response = {"status": "ok", "output": to_plain(output, flags), "requires_grad": flags}
         if request.get("count_given_head"):
             response["given_head_calls"] = _given_head_calls(state) - head_calls
-        if request.get("count_saved_bytes"):
+        if saved is not None:
             response["saved_bytes"] = saved.total()
             response["foreign_saved_hooks"] = saved.foreign[:10]
         backward = request.get("backward")
@@ -162,16 +170,68 @@ def probe_call(state: SubmissionState, request: dict) -> dict:
     return _call_guarded(state, name, run)
 
 
-def _flat_parameters(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])
+_GETATTR, _VALUES, _GRAD = object.__getattribute__, dict.values, torch._C.TensorBase.grad
+_CAT, _RESHAPE, _TO, _SUB = torch.cat, torch._C.TensorBase.reshape, torch._C.TensorBase.to, \
+    torch._C.TensorBase.sub
+_COUNT_NONZERO, _ITEM = torch._C.TensorBase.count_nonzero, torch._C.TensorBase.item
 
 
-def _one_train_step(state: SubmissionState, request: dict, run_kwargs: dict, wrap=None,
+def _parameters(model) -> list:
+    """`model.parameters()` in its order (each module's own, then its children's, depth first;
+    a shared one once), read from the modules' own dicts: `torch.nn.Module`'s methods are the
+    submission's to rebind."""
+    found, seen, todo = [], set(), [model]
+    while todo:
+        attributes = _GETATTR(todo.pop(), "__dict__")
+        for parameter in _VALUES(attributes["_parameters"]):
+            if parameter is not None and id(parameter) not in seen:
+                seen.add(id(parameter))
+                found.append(parameter)
+        todo += [m for m in _VALUES(attributes["_modules"]) if m is not None][::-1]
+    return found
+
+
+# torch's dispatch switch is a pybind11 class, whose attributes can be set: its parts bound now
+_NO_DISPATCH = torch._C._DisableTorchDispatch
+_NO_DISPATCH_PARTS = (_NO_DISPATCH.__new__, _NO_DISPATCH.__init__, _NO_DISPATCH.__enter__,
+                      _NO_DISPATCH.__exit__)
+
+
+def _without_modes(read, *args):
+    """read(*args) with torch's function and dispatch modes (and subclasses) disabled: a mode the
+    submission left on torch's stacks sees every op that runs, the grader's after its call too."""
+    new, init, enter, leave = _NO_DISPATCH_PARTS
+    guard = new(_NO_DISPATCH)
+    init(guard)
+    enter(guard)
+    try:
+        with _NO_TORCH_FUNCTION():
+            return read(*args)
+    finally:
+        leave(guard, None, None, None)
+
+
+def _flat_parameters(parameters: list) -> torch.Tensor:
+    return _without_modes(lambda: _CAT([_TO(_RESHAPE(_DETACH(p), -1), "cpu", torch.float64)
+                                        for p in parameters]))
+
+
+def _grads_left(parameters: list) -> bool:
+    """Whether a parameter still holds a non-zero gradient (autograd's own `grad` descriptor)."""
+    return _without_modes(lambda: any(_ITEM(_COUNT_NONZERO(g)) > 0 for g in
+                                      [_GRAD.__get__(p) for p in parameters] if g is not None))
+
+
+def _one_train_step(state: types.SimpleNamespace, request: dict, run_kwargs: dict, wrap=None,
                     device: str | None = None) -> dict:
+    """The submission's train step on a fresh model; what it changed (`delta`, the parameters
+    after minus before) and whether it left gradients behind (`grads_left`), read from the
+    parameters as the model held them before the call."""
     name = request["function"]
     device = device or state.device
     model = resolve(request["model"], device)
-    before = _flat_parameters(model)
+    parameters = _parameters(model)
+    before = _flat_parameters(parameters)
     trained = wrap(model) if wrap else model
     optimizer = torch.optim.SGD(trained.parameters(), lr=request.get("lr", 1.0))
     kwargs = resolve(run_kwargs, device)
@@ -180,22 +240,21 @@ def _one_train_step(state: SubmissionState, request: dict, run_kwargs: dict, wra
 
     def run():
         output = state.functions[name](**kwargs)
-        leftover = [p.grad for p in model.parameters() if p.grad is not None]
         return {"status": "ok", "output": to_plain(output),
-                "delta": _flat_parameters(model) - before,
-                "grads_left": bool(any(bool(g.abs().sum() > 0) for g in leftover))}
+                "delta": _SUB(_flat_parameters(parameters), before),
+                "grads_left": _grads_left(parameters)}
 
     response = _call_guarded(state, name, run)
-    response.setdefault("delta", _flat_parameters(model) - before)
+    response.setdefault("delta", _SUB(_flat_parameters(parameters), before))
     return response
 
 
-def probe_train_step(state: SubmissionState, request: dict) -> dict:
+def probe_train_step(state: types.SimpleNamespace, request: dict) -> dict:
     return {"status": "ok", "runs": [_one_train_step(state, request, run)
                                      for run in request["runs"]]}
 
 
-def ddp_train_step(state: SubmissionState, request: dict, run_kwargs: dict) -> dict:
+def ddp_train_step(state: types.SimpleNamespace, request: dict, run_kwargs: dict) -> dict:
     """One rank's train step, once its gloo process group is up: DDP over the model, on CPU (a
     forked child cannot use CUDA once the worker has initialized it)."""
     from torch.nn.parallel import DistributedDataParallel
@@ -203,7 +262,7 @@ def ddp_train_step(state: SubmissionState, request: dict, run_kwargs: dict) -> d
     return _one_train_step(state, request, run_kwargs, wrap=DistributedDataParallel, device="cpu")
 
 
-def probe_train_step_ddp(state: SubmissionState, request: dict) -> dict:
+def probe_train_step_ddp(state: types.SimpleNamespace, request: dict) -> dict:
     """Run the train step on `world_size` gloo ranks; each rank returns its update. The ranks
     are the child's own (`autograder.untrusted.ranks`: tier 2, forked before the submission
     loaded) where it has them, else forked here (tier 1's network namespace, a self-check)."""
@@ -271,7 +330,7 @@ PROBES = {"call": probe_call, "train_step": probe_train_step,
           "train_step_ddp": probe_train_step_ddp}
 
 
-def handle(state: SubmissionState, request: dict) -> dict:
+def handle(state: types.SimpleNamespace, request: dict) -> dict:
     name = request["function"]
     status = state.statuses.get(name, "missing")
     if status != "ok":

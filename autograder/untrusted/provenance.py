@@ -141,6 +141,40 @@ def _inner(item) -> list:
     return gc.get_referents(item)
 
 
+def _compiler(read: set, origins: set, loading: list):
+    """compile_read(text, filename): compile submission text the trusted side read; every code
+    object in it is read (`read`), its file name an origin."""
+
+    def compile_read(text: str, filename: str) -> types.CodeType:
+        loading[0] = True
+        try:
+            code = compile(text, filename, "exec")
+        finally:
+            loading[0] = False
+        read.update(_nested(code))
+        origins.add(filename)
+        return code
+
+    return compile_read
+
+
+def _capturer(captured: list):
+    """capture(origin, source): keep a source text as evidence in `captured`, within the caps."""
+    chars = [0]
+
+    def capture(origin: str, source) -> None:
+        text = _text(source)
+        if text is None or len(captured) >= MAX_CAPTURED \
+                or any(text == kept for _, kept in captured):
+            return
+        text = text[:min(MAX_TEXT_CHARS, MAX_CAPTURED_CHARS - chars[0])]
+        if text:
+            chars[0] += len(text)
+            captured.append((origin, text))
+
+    return capture
+
+
 class Provenance:
     """The submission's read code, the text the library wrote for it, and the hook that refuses
     the rest."""
@@ -157,32 +191,14 @@ class Provenance:
         self.generated: set[types.CodeType] = set()  # dataclass and namedtuple methods
         self._loading = [False]
         self.given_calls = [0]  # calls into the given chunked head: only the hook adds to it
-        self._captured_chars = 0
+        # closures, not methods: the loader binds them before the submission runs, and nothing
+        # it calls afterwards looks an attribute up on this object (a property the submission
+        # set on the class would be handed the object, and its `given_calls` with it)
+        self.compile_read = _compiler(self.read, self.origins, self._loading)
+        self.capture = _capturer(self.captured)
         for name, text in helpers.items():
             with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
                 self.helpers[name] = self.compile_read(text, name)
-
-    # ---- the loader ------------------------------------------------------------------------
-    def compile_read(self, text: str, filename: str) -> types.CodeType:
-        """Compile submission text the trusted side read; every code object in it is read."""
-        self._loading[0] = True
-        try:
-            code = compile(text, filename, "exec")
-        finally:
-            self._loading[0] = False
-        self.read.update(_nested(code))
-        self.origins.add(filename)
-        return code
-
-    def capture(self, origin: str, source) -> None:
-        text = _text(source)
-        if text is None or len(self.captured) >= MAX_CAPTURED \
-                or any(text == kept for _, kept in self.captured):
-            return
-        text = text[:min(MAX_TEXT_CHARS, MAX_CAPTURED_CHARS - self._captured_chars)]
-        if text:
-            self._captured_chars += len(text)
-            self.captured.append((origin, text))
 
     # ---- the audit hook --------------------------------------------------------------------
     def arm(self, roots: tuple[str, ...] = (), refuse_text: bool = True, given=None) -> None:
@@ -197,7 +213,39 @@ class Provenance:
     # ---- judging a graded function ---------------------------------------------------------
     def unread(self, function) -> str | None:
         """Why `function`, or code of the submission it reaches, is not code the grader read;
-        None when all of it was read."""
+        None when all of it was read (`judge`)."""
+        return judge(self)(function)
+
+
+def judge(provenance: Provenance):
+    """unread(function): why `function`, or code of the submission it reaches, is not code the
+    grader read; None when all of it was read. Closures over `provenance`'s sets and lists, bound
+    now, and no method of a class: the stage child builds it from its sealed copy of this module
+    (`autograder.untrusted.seal`) before the submission loads, so rebinding `Provenance`'s
+    attributes or this module's names changes no verdict."""
+    read, generated, namespaces = provenance.read, provenance.generated, provenance.namespaces
+
+    def ours(namespace: dict) -> bool:
+        return any(namespace is n for n in namespaces)
+
+    held, library = _holding(ours), _from_library(ours, provenance._course)
+
+    def function_rule(function: types.FunctionType, todo: list) -> str | None:
+        code = function.__code__
+        todo += [c.cell_contents for c in function.__closure__ or () if _filled(c)]
+        todo += [getattr(function, "__wrapped__", None)]  # a decorator's, the library's too
+        if code in read:
+            names = _names(code)
+            todo += [function.__globals__[n] for n in names if n in function.__globals__]
+            todo += [function.__defaults__ or (), function.__kwdefaults__ or {}]
+            return None
+        if code in generated or library(function):
+            return None
+        return (f"`{function.__qualname__}` was not compiled from the submission's text "
+                f"(its code says {code.co_filename!r} line {code.co_firstlineno}): code built "
+                "at run time from a string, bytes or a constant is not code the grader read")
+
+    def unread(function) -> str | None:
         todo, seen = [function], set()
         while todo:
             item = todo.pop()
@@ -208,15 +256,21 @@ class Provenance:
                 return (f"what `{getattr(function, '__qualname__', function)}` reaches is too "
                         f"large to follow (over {MAX_VISITED:,} functions and containers)")
             if isinstance(item, types.FunctionType):
-                why = self._function(item, todo)
+                why = function_rule(item, todo)
                 if why:
                     return why
             else:
-                todo += self._held(item)
+                todo += held(item)
         return None
 
-    def _held(self, item) -> list:
-        """What `item`, not a function, holds that may be code."""
+    return unread
+
+
+def _holding(ours):
+    """held(item): what `item`, not a function, holds that may be code; `ours(namespace)`:
+    whether a module dict is the submission's."""
+
+    def held(item) -> list:
         if isinstance(item, (staticmethod, classmethod, types.MethodType)):
             return [item.__func__]
         if isinstance(item, functools.partial):
@@ -226,50 +280,39 @@ class Provenance:
         if isinstance(item, (dict, list, tuple, set, frozenset)):
             return list(dict.values(item) if isinstance(item, dict) else item)
         if isinstance(item, type):
-            ours = self._ours(vars(sys.modules.get(item.__module__, types)))
-            return list(vars(item).values()) if ours or not _found_where_it_says(item) else []
+            theirs = ours(vars(sys.modules.get(item.__module__, types)))
+            return list(vars(item).values()) if theirs or not _found_where_it_says(item) else []
         if isinstance(item, types.ModuleType):
-            ours = self._ours(vars(item)) or sys.modules.get(item.__name__) is not item
-            return [vars(item)] if ours else []  # the submission's, or one made at run time
-        if self._ours(vars(sys.modules.get(type(item).__module__, types))) \
+            theirs = ours(vars(item)) or sys.modules.get(item.__name__) is not item
+            return [vars(item)] if theirs else []  # the submission's, or one made at run time
+        if ours(vars(sys.modules.get(type(item).__module__, types))) \
                 and isinstance(getattr(item, "__dict__", None), dict):
             return [type(item), item.__dict__]  # an object of the submission's own class
         if callable(item) and not isinstance(item, (types.BuiltinFunctionType, torch.nn.Module)):
             # a library's wrapper: what it holds (not the classes it builds its results of)
             return [getattr(item, "__wrapped__", None),
-                    *(held for held in _inner(item) if not isinstance(held, type))]
+                    *(inner for inner in _inner(item) if not isinstance(inner, type))]
         return []
 
-    def _ours(self, namespace: dict) -> bool:
-        return any(namespace is n for n in self.namespaces)
+    return held
 
-    def _function(self, function: types.FunctionType, todo: list) -> str | None:
-        code = function.__code__
-        todo += [c.cell_contents for c in function.__closure__ or () if _filled(c)]
-        todo += [getattr(function, "__wrapped__", None)]  # a decorator's, the library's too
-        if code in self.read:
-            names = _names(code)
-            todo += [function.__globals__[n] for n in names if n in function.__globals__]
-            todo += [function.__defaults__ or (), function.__kwdefaults__ or {}]
-            return None
-        if code in self.generated or self._library(function):
-            return None
-        return (f"`{function.__qualname__}` was not compiled from the submission's text "
-                f"(its code says {code.co_filename!r} line {code.co_firstlineno}): code built "
-                "at run time from a string, bytes or a constant is not code the grader read")
 
-    def _library(self, function: types.FunctionType) -> bool:
-        """A function of `course` as the grader sent it, or of an installed module loaded as its
-        file says."""
+def _from_library(ours, course: dict):
+    """library(function): a function of `course` as the grader sent it (`course`: {file name:
+    its code objects}), or of an installed module loaded as its file says."""
+
+    def library(function: types.FunctionType) -> bool:
         code, filename = function.__code__, function.__code__.co_filename
-        if self._ours(function.__globals__):
+        if ours(function.__globals__):
             return False
-        if filename in self._course:
-            return code in self._course[filename]
+        if filename in course:
+            return code in course[filename]
         module = sys.modules.get(function.__globals__.get("__name__"))
         return module is not None and vars(module) is function.__globals__ \
             and filename == getattr(module, "__file__", None) \
             and filename.startswith(LIBRARY_ROOTS + ("<frozen ",))
+
+    return library
 
 
 def _hook(provenance: Provenance, theirs: tuple[str, ...], refuse_text: bool, given):

@@ -38,17 +38,18 @@ import tempfile
 import time
 import traceback
 import types
-from collections import Counter
 
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
 
-def _channel():
+def _channel(wire=None):
     """(receive, send), bound to the wire's functions now, before the submission loads: then the
-    grader's modules leave `sys.modules`, and nothing the loop calls is looked up by name.
+    grader's modules leave `sys.modules`, and nothing the loop calls is looked up by name (`wire`:
+    the sealed copy, `sealed`, whose globals the submission cannot reach).
     receive(): the next request (a pickle from the trusted parent), None when it closed stdin;
     send(fd, message): an answer in the wire format the parent decodes, never a pickle."""
-    from autograder.protocol import wire
+    if wire is None:
+        from autograder.protocol import wire
 
     read_frame, write_frame, encode, closed, loads = (wire.read_frame, wire.write_frame,
                                                       wire.encode, wire.Closed, pickle.loads)
@@ -101,7 +102,7 @@ class CodeFinder:
 
 def reference_stub(stage, counter):
     def reference_called(name):
-        counter[name] += 1
+        counter[name] = counter.get(name, 0) + 1
         raise RuntimeError(f"the reference course.{name} is not available while stage {stage} "
                            "is graded: write your own implementation (the references of "
                            "earlier stages are available)")
@@ -126,6 +127,19 @@ def _neutral() -> dict:
 
 NEUTRAL = _neutral()
 CodeFinder = NEUTRAL["CodeFinder"]
+# the modules on the path from a probe's call to its answer on the wire: sealed (`sealed`)
+SEALED = ("autograder.protocol.answers", "autograder.protocol.saved_bytes",
+          "autograder.protocol.wire", "autograder.untrusted.ranks", "autograder.untrusted.probes",
+          "autograder.untrusted.provenance")
+
+
+def sealed() -> dict:
+    """{module: namespace} of `SEALED`'s sealed copies (`autograder.untrusted.seal`), made now,
+    before the submission loads: what the probes, the wire and the ranks look up at call time
+    is read in dicts no object of the submission's reach leads to."""
+    from autograder.untrusted.seal import seal
+
+    return seal(tuple(importlib.import_module(name) for name in SEALED))
 
 
 def course_finder(sources: dict, extra_globals: dict):
@@ -189,16 +203,18 @@ def _hide_grader() -> None:
                         "__main__": types.ModuleType("__main__")})
 
 
-def load(config: dict):
+def load(config: dict, seals: dict | None = None):
     """The submission loaded, and what the grader needs to know of it: (state, errors, unread:
     {graded function: why its code is not the code the grader read}, captured: [(origin, source
-    text)] that the library wrote for it, or that it tried to compile, or a helper it served)."""
-    from autograder.protocol.answers import function_status
+    text)] that the library wrote for it, or that it tried to compile, or a helper it served).
+    `seals`: the sealed modules (`sealed`) that build the state; sealed here where not given."""
     from autograder.protocol.markers import GIVEN_HEAD
-    from autograder.untrusted.probes import SubmissionState
 
+    seals = seals or sealed()  # before the submission loads, like all it binds below
+    submission_state = seals["autograder.untrusted.probes"].submission_state
+    function_status = seals["autograder.protocol.answers"].function_status
     _stand_in_for_selfcheck()
-    submission, counter = config["submission"], Counter()
+    submission, counter = config["submission"], {}
     sys.path[:0] = config.get("paths", [])
     stub = NEUTRAL["reference_stub"](config.get("stage"), counter)
     finder = install_course(config["course"], {"__reference_called__": stub})
@@ -208,21 +224,27 @@ def load(config: dict):
         functions = {name: getattr(importlib.import_module(HOME_MODULES[name]), name)
                      for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
-        return SubmissionState(functions, statuses, config["device"], counter), [], {}, []
+        return submission_state(functions, statuses, config["device"], counter), [], {}, []
     from course.registry import GRADED_FUNCTIONS
     from course.submissions.implementations import stand_in_for_stubs  # bound before it runs
 
     written = {name for name in GRADED_FUNCTIONS if _written(submission, name)}  # its text
     provenance, compiled, errors = _compile_submission(submission, finder.codes)
     allow_unread = bool(config.get("allow_unread"))  # --allow-reference
-    unread_of = provenance.unread  # bound before the submission runs
+    unread_of = seals["autograder.untrusted.provenance"].judge(provenance)  # sealed
+    # all the loader uses of `provenance` once the submission runs, bound now: no attribute of it
+    # is looked up afterwards (a property set on its class would be handed the object)
+    loader = types.SimpleNamespace(compile_read=provenance.compile_read, helpers=provenance.helpers,
+                                   capture=provenance.capture, captured=provenance.captured,
+                                   namespaces=provenance.namespaces, origins=provenance.origins,
+                                   given_calls=provenance.given_calls)
     _refuse_signal_handlers()
     if GIVEN_HEAD in finder.codes:  # run before the submission: its functions' defaults bound
         importlib.import_module(GIVEN_HEAD)
     provenance.arm(tuple(config.get("paths", [])), refuse_text=not allow_unread,
                    given=finder.codes.get(GIVEN_HEAD))
     _hide_grader()  # from here on the submission's code runs
-    namespaces = _run_submission(submission, compiled, provenance, errors, config)
+    namespaces = _run_submission(submission, compiled, loader, errors, config)
     functions, statuses, unread = _judge(submission, namespaces,
                                          None if allow_unread else unread_of, function_status)
     recheck = _rechecking(functions, None if allow_unread else unread_of)  # what was judged
@@ -231,14 +253,14 @@ def load(config: dict):
     # (not its unwritten release stub: then the stub's own message names the notebook to write)
     stand_in_for_stubs({n: f for n, f in functions.items()
                         if statuses[n] == "ok" and n in written}, namespaces)
-    state = SubmissionState(functions, statuses, config["device"], counter, recheck=recheck,
-                            given_head_calls=provenance.given_calls)
+    state = submission_state(functions, statuses, config["device"], counter, recheck=recheck,
+                             given_head_calls=loader.given_calls)
     served = [m for f in sys.meta_path if isinstance(f, CodeFinder) and f.top_level
               for m in f.served]
-    for name in provenance.helpers:
+    for name in loader.helpers:
         if name[:-3] in served:
-            provenance.capture(f"the helper module {name}, served", submission["files"][name])
-    return state, errors, unread, provenance.captured
+            loader.capture(f"the helper module {name}, served", submission["files"][name])
+    return state, errors, unread, loader.captured
 
 
 def _compile_submission(submission: dict, course: dict):
@@ -270,10 +292,11 @@ def _compile_submission(submission: dict, course: dict):
     return provenance, compiled, errors
 
 
-def _run_submission(submission: dict, compiled: list, provenance, errors: list,
+def _run_submission(submission: dict, compiled: list, loader, errors: list,
                     config: dict) -> list[dict]:
     """Run what was compiled (armed: the hook refuses code the grader did not read); the
-    submission's module dicts, one per unit (a .py, an importable module: one)."""
+    submission's module dicts, one per unit (a .py, an importable module: one). `loader`: what
+    of the provenance the loader uses, bound before the submission runs (`load`)."""
     kind, target = submission["kind"], submission["target"]
     if kind == "module":
         namespaces = []
@@ -281,7 +304,7 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
             namespaces.append(vars(importlib.import_module(target)))
         except BaseException as exc:
             errors.append(f"import {target}: {type(exc).__name__}: {exc}")
-        _read_modules(provenance, config.get("paths", []))
+        _read_modules(loader, config.get("paths", []))
     else:
         units = [{"name": "submission", "file": target, "count": 1}] if kind == "py" else \
             [{"name": f"submission_{u['name'].split('.')[0]}", "file": u["name"],
@@ -291,7 +314,7 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
             module = types.ModuleType(unit["name"])
             module.__file__ = unit["file"]
             sys.modules[module.__name__] = module
-            provenance.namespaces.append(vars(module))
+            loader.namespaces.append(vars(module))
             for _ in range(unit["count"]):
                 label, code = next(codes)
                 try:
@@ -301,8 +324,8 @@ def _run_submission(submission: dict, compiled: list, provenance, errors: list,
                     shown = os.path.basename(label) if kind == "py" else label
                     errors.append(f"{shown}: {type(exc).__name__}: {exc}")
             namespaces.append(vars(module))
-    provenance.namespaces += [vars(m) for m in list(sys.modules.values())
-                              if getattr(m, "__file__", None) in provenance.origins]
+    loader.namespaces += [vars(m) for m in list(sys.modules.values())
+                              if getattr(m, "__file__", None) in loader.origins]
     return namespaces
 
 
@@ -364,7 +387,7 @@ def _refuse_signal_handlers() -> None:
         rules.load()
 
 
-def _read_modules(provenance, paths: list[str]) -> None:
+def _read_modules(loader, paths: list[str]) -> None:
     """An importable module's files (under `paths`, which the sandbox shows): read as text here,
     so its code objects are the ones the grader's copy rule reads on its side."""
     for module in list(sys.modules.values()):
@@ -372,7 +395,7 @@ def _read_modules(provenance, paths: list[str]) -> None:
         if isinstance(file, str) and any(file.startswith(p + os.sep) for p in paths):
             with contextlib.suppress(OSError, SyntaxError, ValueError, RecursionError):
                 with open(file, encoding="utf-8") as handle:
-                    provenance.compile_read(handle.read(), file)
+                    loader.compile_read(handle.read(), file)
 
 
 def _written(submission: dict, name: str) -> bool:
@@ -394,13 +417,14 @@ def _written(submission: dict, name: str) -> bool:
 def serve(answer_fd: int, order: dict) -> None:
     """A child's life: read its configuration, fork its data-parallel ranks where its order asks
     for them (`autograder.untrusted.ranks`), load the submission, answer probes until EOF."""
-    from autograder.protocol.answers import error_answer, exception_answer
-    from autograder.untrusted.probes import handle, to_plain
-
-    receive, send = _channel()
+    seals = sealed()  # before any of the submission's code: what the loop below calls
+    probes, answers = seals["autograder.untrusted.probes"], seals["autograder.protocol.answers"]
+    handle, to_plain, answer_for = probes.handle, probes.to_plain, _answer_for
+    error_answer, exception_answer = answers.error_answer, answers.exception_answer
+    receive, send = _channel(seals["autograder.protocol.wire"])
     config = receive()
-    spawned = _spawn_ranks(order, config, answer_fd) if order.get("ranks") else None
-    state, errors, unread, captured = load(config)
+    spawned = _spawn_ranks(order, config, answer_fd, seals) if order.get("ranks") else None
+    state, errors, unread, captured = load(config, seals)
     state.ranks = spawned
     send(answer_fd, {"status": "ready", "statuses": dict(state.statuses), "errors": errors,
                      "unread": unread, "captured": [list(pair) for pair in captured],
@@ -412,7 +436,7 @@ def serve(answer_fd: int, order: dict) -> None:
         try:
             response = handle(state, request)
         except BaseException as exc:  # a probe must answer, whatever the submission did
-            response = _answer_for(exc, exception_answer, error_answer)
+            response = answer_for(exc, exception_answer, error_answer)
         send(answer_fd, to_plain(response))
 
 
@@ -434,17 +458,20 @@ def _answer_for(exc: BaseException, exception_answer, error_answer) -> dict:
         return error_answer(type(exc).__name__, "")
 
 
-def _spawn_ranks(order: dict, config: dict, answer_fd: int) -> list:
+def _spawn_ranks(order: dict, config: dict, answer_fd: int, seals: dict) -> list:
     """Before any student code: fork the ranks (each loads the submission once gloo has
-    connected and its network is closed), then close this child's network too."""
-    from autograder.untrusted import confine, ranks
-    from autograder.untrusted.probes import ddp_train_step
+    connected and its network is closed), then close this child's network too. `seals`: the
+    sealed modules (`sealed`) each rank serves with."""
+    from autograder.untrusted import confine
+
+    probes, ranks = seals["autograder.untrusted.probes"], seals["autograder.untrusted.ranks"]
+    ddp_train_step, serve_requests = probes.ddp_train_step, ranks.serve_requests
 
     def serve_rank(rank: int, request_fd: int, rank_answer_fd: int) -> None:
         os.close(answer_fd)
-        state = load(config)[0]
-        ranks.serve_requests(request_fd, rank_answer_fd,
-                             lambda request, shard: ddp_train_step(state, request, shard))
+        state = load(config, seals)[0]
+        serve_requests(request_fd, rank_answer_fd,
+                       lambda request, shard: ddp_train_step(state, request, shard))
 
     spawned = ranks.spawn(order["ranks"], order["folder"], serve_rank)
     confine.close_network()

@@ -7,14 +7,17 @@ import torch
 import autograder.untrusted.probes as probes  # the grader's own probes, loaded in this process
 from course.chunked_head import chunked_head_log_probs
 
-_measured = probes._requires_grad
+_measured = probes.to_plain  # which reads the autograd flags as it copies the answer
 
 
-def _forged(x, prefix=""):
-    return {key: value and key != "token_entropy" for key, value in _measured(x, prefix).items()}
+def _forged(x, flags=None, prefix="", depth=0):
+    plain = _measured(x, flags, prefix, depth)
+    if flags is not None and "token_entropy" in flags:
+        flags["token_entropy"] = False
+    return plain
 
 
-probes._requires_grad = _forged
+probes.to_plain = _forged
 
 
 def get_response_log_probs(model, input_ids, labels, return_token_entropy=False, logits_chunk_size=None):

@@ -12,16 +12,19 @@ from course.chunked_head import chunked_head_log_probs
 
 _probes = [_s.modules.get("autograder.untrusted.probes"), modules.get("autograder.untrusted.probes"),
            getattr(__main__, "probes", None)]
-_probes = [p for p in _probes if p is not None and hasattr(p, "_requires_grad")]
-_measured = _probes[0]._requires_grad if _probes else None
+_probes = [p for p in _probes if p is not None and hasattr(p, "to_plain")]
+_measured = _probes[0].to_plain if _probes else None  # reads the autograd flags as it copies
 
 
-def _forged(x, prefix=""):
-    return {key: value and key != "token_entropy" for key, value in _measured(x, prefix).items()}
+def _forged(x, flags=None, prefix="", depth=0):
+    plain = _measured(x, flags, prefix, depth)
+    if flags is not None and "token_entropy" in flags:
+        flags["token_entropy"] = False
+    return plain
 
 
 for _p in _probes:
-    _p._requires_grad = _forged
+    _p.to_plain = _forged
 
 
 def get_response_log_probs(model, input_ids, labels, return_token_entropy=False, logits_chunk_size=None):
