@@ -9,13 +9,16 @@ Variants, all on the same (n_groups, G) layout:
   RFT / rejection-sampling fine-tuning     no baseline:    A_i = r_i          baseline="none"
 std is the unbiased sample std (torch.std's default, n − 1), and ε is added outside the square root.
 A group whose G rewards are equal gets A = 0 everywhere: it carries no learning signal.
+Two ungraded options, which `python -m course.train` trains with (`course.advantage_options`, worked
+by hand there): RLOO's baseline="leave_one_out" and REINFORCE++'s advantage_normalizer="batch".
 """
 
 from __future__ import annotations
 
 import torch
 
-from course.variants import BASELINES, NORMALIZERS  # this stage's names, torch-free there
+from course.advantage_options import whiten_over_batch
+from course.variants import RUN_BASELINES, RUN_NORMALIZERS  # names (options too), torch-free
 
 
 def compute_rollout_rewards(
@@ -57,7 +60,10 @@ def compute_group_normalized_rewards(
     baseline "mean" subtracts the group mean, "none" keeps r (RFT). normalizer "std"
     divides by (unbiased group std + eps) (GRPO, arXiv 2402.03300), "mean" by
     (group mean + eps) (MaxRL, arXiv 2602.02710), "none" not at all (Dr. GRPO,
-    arXiv 2503.20783).
+    arXiv 2503.20783). Optional extensions, not graded: baseline "leave_one_out"
+    subtracts the mean of the G − 1 others (RLOO, arXiv 2402.14740); normalizer
+    "batch" centers on the mean of the step's whole batch and divides by its std + eps
+    (REINFORCE++, arXiv 2501.03262).
     """
     if not isinstance(raw_rewards, torch.Tensor) or raw_rewards.ndim != 1:
         raise ValueError(
@@ -75,16 +81,19 @@ def compute_group_normalized_rewards(
             f"raw_rewards has {raw_rewards.numel()} entries, not a positive multiple "
             f"of group_size={group_size}"
         )
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    if advantage_normalizer not in NORMALIZERS:
-        raise ValueError(f"advantage_normalizer must be one of {NORMALIZERS}, got "
+    if baseline not in RUN_BASELINES:
+        raise ValueError(f"baseline must be one of {RUN_BASELINES}, got {baseline!r}")
+    if advantage_normalizer not in RUN_NORMALIZERS:
+        raise ValueError(f"advantage_normalizer must be one of {RUN_NORMALIZERS}, got "
                          f"{advantage_normalizer!r}")
     if advantage_normalizer == "std" and group_size == 1:
         raise ValueError(
             "advantage_normalizer='std' needs group_size >= 2: the unbiased std of "
             "one sample is undefined"
         )
+    if baseline == "leave_one_out" and group_size == 1:
+        raise ValueError("baseline='leave_one_out' needs group_size >= 2: one sample has "
+                         "no others")
 
     rewards = (
         raw_rewards
@@ -94,12 +103,17 @@ def compute_group_normalized_rewards(
     grouped = rewards.reshape(-1, group_size)  # (n_groups, G)
     group_mean = grouped.mean(dim=1, keepdim=True)  # (n_groups, 1)
     advantages = grouped - group_mean if baseline == "mean" else grouped
+    if baseline == "leave_one_out":  # RLOO: the others' mean, (Σ_group r − r_i) / (G − 1)
+        others = grouped.sum(dim=1, keepdim=True) - grouped  # (n_groups, G)
+        advantages = grouped - others / (group_size - 1)
     if advantage_normalizer == "std":
         advantages = advantages / (
             grouped.std(dim=1, keepdim=True) + advantage_eps
         )  # unbiased (G - 1)
     elif advantage_normalizer == "mean":
         advantages = advantages / (group_mean + advantage_eps)
+    elif advantage_normalizer == "batch":  # every rank's rows of the optimizer step
+        advantages = whiten_over_batch(advantages, advantage_eps)
     advantages = advantages.reshape(-1)  # (B,)
     metadata = {
         "advantage_mean": advantages.mean().item(),
