@@ -12,8 +12,10 @@ from naive import make_rollout_batch
 from ranks import gloo_rank, run_ranks
 from test_train_step import train_step
 
+from course import grpo_train_step
 from course.advantages import compute_group_normalized_rewards
 from course.loop.step_arguments import advantage_option_problem
+from course.loop.train import checked_train_step
 from course.loop.train_config import ConfigError, TrainConfig, validate
 from course.train import main
 
@@ -182,8 +184,26 @@ def test_a_learners_stage_three_without_the_option_is_refused_by_name():
     assert advantage_option_problem(compute_group_normalized_rewards, rloo, 1) is None
     assert advantage_option_problem(compute_group_normalized_rewards, batch, 1) is None
     field, why = advantage_option_problem(_rejecting, rloo, 1)
-    assert field == "baseline" and "--baseline leave_one_out" in why and "ValueError" in why
+    assert field == "baseline" and why.startswith("leave_one_out is") and "ValueError" in why
     field, why = advantage_option_problem(_per_rank, batch, 1)
     assert field == "advantage_normalizer" and "not the reference's" in why
     field, why = advantage_option_problem(compute_group_normalized_rewards, batch, 2)
     assert field == "advantage_normalizer" and "one process" in why
+    # what `python -m course.train --notebooks DIR` checks before anything loads
+    learners = {"grpo_train_step": grpo_train_step, "compute_group_normalized_rewards": _rejecting}
+    with pytest.raises(ConfigError, match="baseline leave_one_out is an optional"):
+        checked_train_step(rloo, learners, world_size=1)
+    assert checked_train_step(TrainConfig(), learners, world_size=1) is grpo_train_step
+
+
+def test_without_the_reference_a_learners_stage_three_need_only_run(monkeypatch):
+    """A student edition that has not revealed stage 3: its reference raises StageNotRevealed (a
+    RuntimeError), so the learner's answer cannot be compared, only run."""
+    def not_revealed(*args, **kwargs):
+        raise RuntimeError("course.compute_group_normalized_rewards is not revealed yet")
+
+    monkeypatch.setattr("course.loop.step_arguments.compute_group_normalized_rewards",
+                        not_revealed)
+    rloo = TrainConfig(baseline="leave_one_out", advantage_normalizer="none")
+    assert advantage_option_problem(_per_rank, rloo, 1) is None
+    assert advantage_option_problem(_rejecting, rloo, 1)[0] == "baseline"
