@@ -4,7 +4,7 @@
     python benchmarks/bench_advantages.py --steps 5 --seeds 0 --jobs 1     # a quick look
 
 Each (advantage, seed) is one `python -m course.train` process with stage 3's baseline and
-normalizer set (`course.advantages`, `course.advantage_options`) and everything else the same:
+normalizer set (`course.advantages`) and everything else the same:
 `--steps` steps of 8 x 8 rollouts, lr 1e-4, one torch thread, `--eval-problems` held-out problems
 sampled once at the end (temperature 1) and greedily. Per advantage it prints the held-out
 accuracy after (sampled, greedy) as the mean ± the sample standard deviation over the seeds, the

@@ -14,7 +14,7 @@ a Hugging Face model by `course.loop.models`.
 BASELINES = ("mean", "none")  # stage 3's graded names
 NORMALIZERS = ("std", "mean", "none")
 # stage 3's ungraded options, which `python -m course.train` trains with
-# (`course.advantage_options`): RLOO's leave-one-out baseline and REINFORCE++'s normalization
+# (`course.advantages`): RLOO's leave-one-out baseline and REINFORCE++'s normalization
 # over the step's whole batch
 RUN_BASELINES = BASELINES + ("leave_one_out",)
 RUN_NORMALIZERS = NORMALIZERS + ("batch",)

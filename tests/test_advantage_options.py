@@ -1,4 +1,4 @@
-"""Stage 3's ungraded options (`course.advantage_options`): RLOO's baseline="leave_one_out" and
+"""Stage 3's ungraded options (`course.advantages`): RLOO's baseline="leave_one_out" and
 REINFORCE++'s advantage_normalizer="batch", against the numbers worked by hand there, a loop per
 element, the identity RLOO = G/(G−1) · Dr. GRPO, the train step's micro-batching, two gloo ranks,
 and `course.train`'s refusals (a learner's stage 3 need not take them)."""

@@ -12,7 +12,7 @@
 
 The three share the task, the warm start, the rollouts (SFT: as many demonstrations) and the
 optimizer steps (`run`). Two more advantages, RLOO's and REINFORCE++'s, are options of stage 3
-(`course.advantage_options`) that `python -m course.train` trains with.
+(`course.advantages`) that `python -m course.train` trains with.
 This package is the loop's client: nothing in `course` imports it. Its measurement is
 `benchmarks/bench_baselines.py` (`benchmarks/README.md`).
 """

@@ -9,7 +9,7 @@ through its `grpo_loss` argument and with the same fields: `loss_fn` is the run'
 (0: `cliprange`), `kl_estimator` its own, `beta` its `kl_beta`. Its advantages take the baseline
 and normalizer as given, but for MaxRL (arXiv 2602.02710), whose groups of one
 `course.frontier.maxrl` guards. Stage 3's ungraded options (RLOO's leave_one_out, REINFORCE++'s
-batch: `course.advantage_options`) run only where the stage 3 that trains computes them
+batch: `course.advantages`) run only where the stage 3 that trains computes them
 (`advantage_option_problem`).
 """
 
@@ -26,7 +26,7 @@ from course.loop.train_config import TrainConfig, frontier_field
 from course.off_policy import GRPOLossConfig
 from course.variants import BASELINES, GRPO_LOSS_FNS, NORMALIZERS
 
-# the groups (1, 0, 0, 1) and (1, 0, 0, 0), worked by hand in `course.advantage_options`
+# the groups (1, 0, 0, 1) and (1, 0, 0, 0), worked by hand in `course.advantages`
 PROBE_REWARDS = (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
 
 

@@ -131,7 +131,7 @@ class TrainConfig:
     # --- The advantages
     baseline: str = "mean"
     """Advantage baseline: mean (GRPO), none (rejection-sampling fine-tuning) or leave_one_out
-    (RLOO: the mean of the G − 1 others; `course.advantage_options`)."""
+    (RLOO: the mean of the G − 1 others; `course.advantages`)."""
     advantage_normalizer: str = "std"
     """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO), or
     whiten them over the step's whole batch: batch (REINFORCE++; with baseline mean,
