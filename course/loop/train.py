@@ -35,7 +35,9 @@ problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling`
 (`course.loop.importance`), `--entropy-coef` (`course.loop.entropy_bonus`); `docs/real_models.md`.
 The losses of 2025–26 (`course.frontier.loss`): `--pg-method sapo|gmpo|dppo`, `--dual-clip`,
 `--cispo-floor`, `--ratio-against sampler`, `--outlier-low/--outlier-high`; MaxRL's guard
-(`course.frontier.maxrl`) with `--advantage-normalizer mean`.
+(`course.frontier.maxrl`) with `--advantage-normalizer mean`. Stage 3's ungraded options
+(`course.advantages`): RLOO's `--baseline leave_one_out`, REINFORCE++'s `--advantage-normalizer
+batch` (with `--baseline mean`: REINFORCE++-baseline), measured in `benchmarks/README.md`.
 """
 
 from __future__ import annotations
