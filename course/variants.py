@@ -2,7 +2,8 @@
 check a flag before torch loads (`course.cli`).
 
 Each name is defined by the module that implements it: the advantage baselines and normalizers by
-`course.advantages` (GRPO, Shao et al. 2024, arXiv 2402.03300; Dr. GRPO; MaxRL), the
+`course.advantages` (GRPO, Shao et al. 2024, arXiv 2402.03300; Dr. GRPO; MaxRL; RLOO and
+REINFORCE++, ungraded), the
 policy-gradient losses by `course.losses` (open-instruct's DAPO and CISPO by `course.off_policy`),
 the KL estimators by `course.off_policy`, the loss normalizations by `course.aggregation` (GRPO's
 sequence mean, DAPO's token mean, Dr. GRPO's constant); the importance-sampling levels and modes by
@@ -10,8 +11,13 @@ sequence mean, DAPO's token mean, Dr. GRPO's constant); the importance-sampling 
 a Hugging Face model by `course.loop.models`.
 """
 
-BASELINES = ("mean", "none")
+BASELINES = ("mean", "none")  # stage 3's graded names
 NORMALIZERS = ("std", "mean", "none")
+# stage 3's ungraded options, which `python -m course.train` trains with
+# (`course.advantages`): RLOO's leave-one-out baseline and REINFORCE++'s normalization
+# over the step's whole batch
+RUN_BASELINES = BASELINES + ("leave_one_out",)
+RUN_NORMALIZERS = NORMALIZERS + ("batch",)
 PG_METHODS = ("none", "noclip", "grpo", "gspo", "cispo")  # stage 4's `pg_method`
 GRPO_LOSS_FNS = ("dapo", "cispo")  # stage 5's `GRPOLossConfig.loss_fn` (open-instruct's)
 FRONTIER_PG_METHODS = ("sapo", "gmpo", "dppo")  # notebook 11's, ungraded: `course.frontier`

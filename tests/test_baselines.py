@@ -8,11 +8,9 @@ import pytest
 import torch
 from command_lines import refused_before_torch
 
-from course.advantages import compute_group_normalized_rewards
 from course.aggregation import masked_mean
 from course.baselines import sft
 from course.baselines.__main__ import main
-from course.baselines.advantage_options import reinforce_pp_advantages, rloo_advantages
 from course.baselines.budget import METHODS, budget, check
 from course.baselines.expert_iteration import expert_samples, keep_correct
 from course.baselines.run import run
@@ -205,78 +203,3 @@ def test_a_grpo_only_setting_is_refused_for_the_baselines():
         check("sft", TrainConfig(kl_beta=0.1))
     with pytest.raises(ConfigError, match="method"):
         check("ppo", TrainConfig())
-
-
-def naive_rloo(rewards: list[float], group_size: int) -> list[float]:
-    """Each reward minus the mean of the others of its group, one loop per sample."""
-    advantages = []
-    for i, reward in enumerate(rewards):
-        start = i - i % group_size
-        others = [rewards[j] for j in range(start, start + group_size) if j != i]
-        advantages.append(reward - sum(others) / len(others))
-    return advantages
-
-
-def naive_reinforce_pp(rewards: list[float], group_size: int, group_baseline: bool,
-                       eps: float = 1e-6) -> list[float]:
-    values = list(rewards)
-    if group_baseline:
-        for start in range(0, len(values), group_size):
-            mean = sum(rewards[start:start + group_size]) / group_size
-            values[start:start + group_size] = [r - mean for r in rewards[start:start + group_size]]
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return [(v - mean) / (std + eps) for v in values]
-
-
-REWARDS = torch.tensor([1.0, 0, 0, 1, 1, 0, 0, 0], dtype=torch.float64)
-
-
-def test_rloo_hand_worked_and_against_a_loop():
-    third = 1 / 3
-    expected = [2 * third, -2 * third, -2 * third, 2 * third, 1, -third, -third, -third]
-    torch.testing.assert_close(rloo_advantages(REWARDS, 4),
-                               torch.tensor(expected, dtype=torch.float64))
-    rewards = torch.rand(24, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    for group_size in (2, 3, 6):
-        torch.testing.assert_close(rloo_advantages(rewards, group_size),
-                                   torch.tensor(naive_rloo(rewards.tolist(), group_size),
-                                                dtype=torch.float64))
-        # G/(G − 1) times Dr. GRPO's r − mean (stage 3), which keeps r_i in its own baseline
-        dr_grpo, _ = compute_group_normalized_rewards(rewards, group_size, "mean", 0.0, "none")
-        torch.testing.assert_close(rloo_advantages(rewards, group_size),
-                                   dr_grpo * group_size / (group_size - 1))
-    assert rloo_advantages(torch.ones(4), 2).eq(0).all()  # equal rewards: no signal
-    with pytest.raises(ValueError, match="group_size"):
-        rloo_advantages(REWARDS, 1)
-
-
-def test_reinforce_pp_hand_worked_and_against_a_loop():
-    std = math.sqrt(15 / 56)  # deviations 5/8 (x3) and -3/8 (x5): (75 + 45)/64 over 7
-    expected = [0.625 / std if r else -0.375 / std for r in REWARDS.tolist()]
-    torch.testing.assert_close(reinforce_pp_advantages(REWARDS, 4, eps=0.0),
-                               torch.tensor(expected, dtype=torch.float64))
-    torch.testing.assert_close(reinforce_pp_advantages(REWARDS, 4, group_baseline=True, eps=0.0),
-                               torch.tensor([1, -1, -1, 1, 1.5, -0.5, -0.5, -0.5],
-                                            dtype=torch.float64))
-    rewards = torch.rand(24, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    for group_size, group_baseline in [(1, False), (4, False), (4, True), (6, True)]:
-        torch.testing.assert_close(
-            reinforce_pp_advantages(rewards, group_size, group_baseline),
-            torch.tensor(naive_reinforce_pp(rewards.tolist(), group_size, group_baseline),
-                         dtype=torch.float64))
-
-
-def test_reinforce_pp_moves_a_group_that_group_normalization_leaves_alone():
-    """An all-correct and an all-wrong group: GRPO's and RLOO's advantages are 0; the batch
-    baseline of REINFORCE++ pushes the first up and the second down (±1/√(8/7 · 1/4 · 8/8))."""
-    rewards = torch.tensor([1.0, 1, 1, 1, 0, 0, 0, 0], dtype=torch.float64)
-    grpo, _ = compute_group_normalized_rewards(rewards, 4)
-    assert grpo.eq(0).all() and rloo_advantages(rewards, 4).eq(0).all()
-    side = 0.5 / math.sqrt(2 / 7)
-    torch.testing.assert_close(reinforce_pp_advantages(rewards, 4, eps=0.0),
-                               torch.tensor([side] * 4 + [-side] * 4, dtype=torch.float64))
-    with pytest.raises(ValueError, match="raw_rewards"):
-        reinforce_pp_advantages(torch.ones(1), 1)
-    with pytest.raises(ValueError, match="group_size"):
-        reinforce_pp_advantages(REWARDS, 3)

@@ -11,7 +11,8 @@
 - `grpo`: `course.train`'s trainer, unchanged.
 
 The three share the task, the warm start, the rollouts (SFT: as many demonstrations) and the
-optimizer steps (`run`). `advantage_options` holds two more advantages, RLOO's and REINFORCE++'s.
+optimizer steps (`run`). Two more advantages, RLOO's and REINFORCE++'s, are options of stage 3
+(`course.advantages`) that `python -m course.train` trains with.
 This package is the loop's client: nothing in `course` imports it. Its measurement is
 `benchmarks/bench_baselines.py` (`benchmarks/README.md`).
 """

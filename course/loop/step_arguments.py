@@ -8,16 +8,26 @@ through its `grpo_loss` argument and with the same fields: `loss_fn` is the run'
 (grpo is dapo with ε_high = ε_low), `clip_lower` its `cliprange`, `clip_higher` its `clip_higher`
 (0: `cliprange`), `kl_estimator` its own, `beta` its `kl_beta`. Its advantages take the baseline
 and normalizer as given, but for MaxRL (arXiv 2602.02710), whose groups of one
-`course.frontier.maxrl` guards.
+`course.frontier.maxrl` guards. Stage 3's ungraded options (RLOO's leave_one_out, REINFORCE++'s
+batch: `course.advantages`) run only where the stage 3 that trains computes them
+(`advantage_option_problem`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
+
+from course.advantages import compute_group_normalized_rewards
 from course.frontier.loss import FrontierLoss
 from course.frontier.maxrl import maxrl_train_arguments
 from course.loop.train_config import TrainConfig, frontier_field
 from course.off_policy import GRPOLossConfig
-from course.variants import GRPO_LOSS_FNS
+from course.variants import BASELINES, GRPO_LOSS_FNS, NORMALIZERS
+
+# the groups (1, 0, 0, 1) and (1, 0, 0, 0), worked by hand in `course.advantages`
+PROBE_REWARDS = (1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
 
 
 def loss_arguments(config: TrainConfig) -> dict:
@@ -56,3 +66,41 @@ def advantage_arguments(config: TrainConfig) -> dict:
     if (config.baseline, config.advantage_normalizer) == ("mean", "mean"):
         return maxrl_train_arguments(config.group_size)
     return {"baseline": config.baseline, "advantage_normalizer": config.advantage_normalizer}
+
+
+def advantage_option_problem(stage_three: Callable, config: TrainConfig,
+                             world_size: int) -> tuple[str, str] | None:
+    """(field, why) when the learner's `stage_three` (their `compute_group_normalized_rewards`)
+    cannot train with `config`'s ungraded option; None when it can, or when none is asked for. It
+    must run on `PROBE_REWARDS` and give the reference's advantages (where the reference is
+    revealed); a "batch" of one rank's rows cannot be told from the whole step's there, so that
+    option runs with their stages on one process only."""
+    if config.baseline in BASELINES and config.advantage_normalizer in NORMALIZERS:
+        return None
+    field = "baseline" if config.baseline not in BASELINES else "advantage_normalizer"
+    option = getattr(config, field)  # ConfigError's message follows the field's name (its flag)
+    if world_size > 1 and config.advantage_normalizer == "batch":
+        return "advantage_normalizer", (
+            "batch with your stages runs on one process only: its "
+            "statistics are the step's whole batch over every rank (the reference's are exact)")
+    rewards = torch.tensor(PROBE_REWARDS, dtype=torch.float64)
+    arguments = {"group_size": 4, "baseline": config.baseline, "advantage_eps": 0.0,
+                 "advantage_normalizer": config.advantage_normalizer}
+    try:
+        expected = compute_group_normalized_rewards(rewards, **arguments)[0]
+    except RuntimeError:  # a student edition whose stage 3 is not revealed: nothing to compare
+        expected = None
+    try:
+        advantages = stage_three(rewards.clone(), **arguments)[0]
+        values = torch.as_tensor(advantages, dtype=torch.float64).reshape(-1)  # (8,)
+        agrees = torch.allclose(values, values if expected is None else expected, atol=1e-4)
+    except Exception as error:  # the learner's code: any failure is the answer
+        return field, (f"{option} is an optional extension of stage 3 that your "
+                       f"compute_group_normalized_rewards (03_advantages) does not take "
+                       f"({type(error).__name__}: {error}); write it there, or train with the "
+                       "reference's stages")
+    if agrees:
+        return None
+    return field, (f"{option}: your compute_group_normalized_rewards (03_advantages) gives "
+                   f"{advantages.tolist()} for the rewards {list(PROBE_REWARDS)} (G = 4, "
+                   f"eps = 0), not the reference's {expected.tolist()}")

@@ -35,7 +35,9 @@ problems (`course.loop.gsm8k`). The knobs of 2026 trainers: `--dynamic-sampling`
 (`course.loop.importance`), `--entropy-coef` (`course.loop.entropy_bonus`); `docs/real_models.md`.
 The losses of 2025–26 (`course.frontier.loss`): `--pg-method sapo|gmpo|dppo`, `--dual-clip`,
 `--cispo-floor`, `--ratio-against sampler`, `--outlier-low/--outlier-high`; MaxRL's guard
-(`course.frontier.maxrl`) with `--advantage-normalizer mean`.
+(`course.frontier.maxrl`) with `--advantage-normalizer mean`. Stage 3's ungraded options
+(`course.advantages`): RLOO's `--baseline leave_one_out`, REINFORCE++'s `--advantage-normalizer
+batch` (with `--baseline mean`: REINFORCE++-baseline), measured in `benchmarks/README.md`.
 """
 
 from __future__ import annotations
@@ -74,7 +76,11 @@ from course.loop.rollout_scores import (
     reduce_over_ranks,
     rollout_log_probs,
 )
-from course.loop.step_arguments import advantage_arguments, loss_arguments
+from course.loop.step_arguments import (
+    advantage_arguments,
+    advantage_option_problem,
+    loss_arguments,
+)
 from course.loop.tasks import ADDITION, Task
 
 # re-exported: `from course.loop.train import TrainConfig, train`
@@ -183,6 +189,9 @@ def checked_train_step(config: TrainConfig, implementations: Implementations | N
         raise ConfigError("pg_method", problem)
     if problem := frontier_loss_problem(train_step, config):
         raise ConfigError(frontier_field(config), problem)
+    if implementations and (problem := advantage_option_problem(
+            implementations["compute_group_normalized_rewards"], config, world_size)):
+        raise ConfigError(*problem)
     if config.entropy_coef:
         train_step = functools.partial(train_step_with_entropy_bonus, train_step,
                                        entropy_coef=config.entropy_coef)
@@ -315,6 +324,8 @@ def rollout_and_update(run: Run, step: int, drawn: list) -> dict:
             "token_entropy": float(metadata["token_entropy"]),
             **({"entropy_bonus": metadata["entropy_bonus"]} if config.entropy_coef else {}),
             "clip_fraction": float(metadata.get("clip_fraction", 0.0)),
+            # stage 3's metadata of this rank's rows (all of them on one process)
+            "advantage_std": float(metadata.get("advantage_std", float("nan"))),
             "gradient_norm": float(metadata["gradient_norm"]),
             "loss": float(metadata["loss"]),
             "tokens_per_second": generated_tokens / seconds,

@@ -13,7 +13,6 @@ from pathlib import Path
 from course.cli import bounded_types, flag_type, out_of_range
 from course.paths import CHECKPOINTS
 from course.variants import (
-    BASELINES,
     FRONTIER_PG_METHODS,
     GRPO_LOSS_FNS,
     IS_LEVELS,
@@ -21,9 +20,10 @@ from course.variants import (
     KL_ESTIMATORS,
     LOSS_NORMALIZATIONS,
     MODEL_DTYPES,
-    NORMALIZERS,
     OVERLONG,
     RATIO_AGAINST,
+    RUN_BASELINES,
+    RUN_NORMALIZERS,
     RUN_PG_METHODS,
     TASKS,
 )
@@ -33,7 +33,7 @@ WARM_START = CHECKPOINTS / "warm_start"
 RUN_FILES = ("metrics.jsonl", "summary.json", "training_curves.png", "policy.pt")
 CHOICES = {"pg_method": RUN_PG_METHODS, "normalization": LOSS_NORMALIZATIONS,
            "sampler_dtype": ("float32", "bfloat16"),
-           "baseline": BASELINES, "advantage_normalizer": NORMALIZERS,
+           "baseline": RUN_BASELINES, "advantage_normalizer": RUN_NORMALIZERS,
            "kl_estimator": KL_ESTIMATORS,
            "task": TASKS, "model_dtype": MODEL_DTYPES, "overlong": OVERLONG, "is_level": IS_LEVELS,
            "is_mode": IS_MODES, "ratio_against": RATIO_AGAINST}
@@ -130,9 +130,12 @@ class TrainConfig:
 
     # --- The advantages
     baseline: str = "mean"
-    """Advantage baseline: mean (GRPO) or none (rejection-sampling fine-tuning)."""
+    """Advantage baseline: mean (GRPO), none (rejection-sampling fine-tuning) or leave_one_out
+    (RLOO: the mean of the G − 1 others; `course.advantages`)."""
     advantage_normalizer: str = "std"
-    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO)."""
+    """Divide centered rewards by the group's std (GRPO), mean (MaxRL) or none (Dr. GRPO), or
+    whiten them over the step's whole batch: batch (REINFORCE++; with baseline mean,
+    REINFORCE++-baseline)."""
 
     # --- The loss: the policy gradient (stages 4 and 5), notebook 11's options, the
     # normalization, the penalties and the sampler correction
@@ -337,6 +340,12 @@ def validate(config: TrainConfig, world_size: int) -> None:
     if config.group_size < 2 and config.advantage_normalizer == "std":
         raise ConfigError("group_size", "must be at least 2 for advantage_normalizer std (the std "
                                         "of one reward)")
+    if config.group_size < 2 and config.baseline == "leave_one_out":
+        raise ConfigError("group_size", "must be at least 2 for baseline leave_one_out (one "
+                                        "reward has no others)")
+    if config.advantage_normalizer == "batch" and config.prompts_per_step * config.group_size < 2:
+        raise ConfigError("advantage_normalizer", "batch needs at least 2 rollouts per step "
+                          "(prompts_per_step × group_size): the std of one reward is undefined")
 
 
 def frontier_problems(config: TrainConfig) -> None:
