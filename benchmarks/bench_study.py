@@ -33,7 +33,7 @@ from course.lab.study import (
     study_table,
 )
 
-SOLUTION = Study("lr", (1e-4, 3e-4), seeds=(0, 1, 2), steps=40)  # solutions/14_your_study.ipynb
+SOLUTION = Study("lr", (1e-4, 3e-4), seeds=(0, 1, 2), steps=30)  # solutions/14_your_study.ipynb
 
 
 def timed(eval_problems: int, seed: int, updates: int = 1) -> tuple[float, float]:

@@ -42,10 +42,11 @@ from course.variants import LOSS_NORMALIZATIONS, PG_METHODS
 BUDGET_S = 600.0  # a laptop's ten minutes
 MIN_SEEDS = 3  # two seeds give one gap, not a spread
 ROLLOUTS = HEALTHY.prompts_per_step * HEALTHY.group_size  # 64 per step in every arm
-# Seconds on the course's 2-core CPU under load (benchmarks/README.md, "Your study"): a run's start
-# (the policy, its reference and sampler), one rollout sampled and trained on once, each further
-# update on it, and one held-out problem (scored before and after the run, sampled and greedy).
-COST = {"start": 1.0, "rollout": 0.0078, "update": 0.0030, "heldout": 0.012}
+# Seconds on the course's 2-core CPU at a load average of 2.3 (benchmarks/README.md, "Your study":
+# fitted to the wall times of "Written experiments"): a run's start (the policy, its reference and
+# sampler), one rollout sampled and trained on once, each further update on it, and one held-out
+# problem (scored before and after the run, sampled and greedy).
+COST = {"start": 1.5, "rollout": 0.0075, "update": 0.0040, "heldout": 0.025}
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def run_study(study: Study, implementations=None, budget_s: float = BUDGET_S, lo
         raise OverBudget(f"refused: {problem}")
     _checked(study, implementations)
     results = {} if results is None else results
-    total, start = estimate_seconds(study), time.perf_counter()
+    start = time.perf_counter()
     runs = [(value, seed) for value in study.values for seed in study.seeds]
     for done, (value, seed) in enumerate(runs, start=1):
         config = config_of(study, value, seed)
@@ -246,9 +247,10 @@ def run_study(study: Study, implementations=None, budget_s: float = BUDGET_S, lo
         stop_if_interrupted(summary)
         results.setdefault(arm_label(study, value), {})[seed] = [
             {key: rounded(r[key]) for key in KEPT if key in r} for r in records]
+        elapsed = time.perf_counter() - start  # the pace so far: a busy machine runs slower
         log(f"[{done}/{len(runs)}] {arm_label(study, value)}, seed {seed}: {study.steps} steps "
             f"in {summary['wall_seconds']:.0f} s (estimated {run_seconds(config):.0f}); "
-            f"{time.perf_counter() - start:.0f} s of about {total:.0f} s")
+            f"{elapsed:.0f} s so far, about {elapsed / done * (len(runs) - done):.0f} s to go")
     return results
 
 
