@@ -9,9 +9,12 @@ every seed, so the spread between the seeds of one arm is the noise a gap betwee
 against. Before any run the study's cost is estimated (`estimate_seconds`, from the per-rollout
 costs `COST` measured on the course's CPU, benchmarks/README.md, "Your study") and a design over
 the budget is refused (`OverBudget`), saying by how much and which number of steps fits. Each
-run prints a progress line. `study_table` gives, per arm, the mean ± std (sample std, n − 1) over
-the seeds of four numbers per run (`SUMMARIES`), and which gaps between arms exceed twice the
-larger std; `plot_study` draws each seed's number and the mean ± std.
+run prints a progress line. `study_table` gives, per arm, the mean ± std (the sample std, n − 1,
+as `statistics.stdev`) over the seeds of four numbers per run (`SUMMARIES`), and which gaps between
+arms exceed twice the larger std (a rule of thumb for few seeds, stricter than the standard error
+s/√n; Agarwal et al. 2021, arXiv 2108.13264, on how few-seed RL comparisons mislead);
+`plot_study` draws each seed's number and the mean ± std. The reward knob adds a bonus for the
+format to r1-zero's reward (Guo et al. 2025, arXiv 2501.12948; `shaped_reward_fn`).
 
 The guards are `course.lab.compare`'s: a repeated or negative seed, an unknown knob or a value the
 knob does not take is refused by name before anything trains, and a Ctrl-C stops at once, exits
@@ -123,15 +126,15 @@ class Study:
     eval_problems: int = HEALTHY.eval_problems  # held-out problems scored after each run
 
     def __post_init__(self):
-        for name in ("values", "seeds"):
-            if isinstance(getattr(self, name), (str, bytes)) or not hasattr(getattr(self, name),
-                                                                             "__iter__"):
-                raise ValueError(f"{name} must be a sequence, got {getattr(self, name)!r}")
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        study_problem(self)
+        for name in ("values", "seeds"):  # a list is taken as the tuple it holds
+            given = getattr(self, name)
+            if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+                raise ValueError(f"{name} must be a sequence, got {given!r}")
+            object.__setattr__(self, name, tuple(given))
+        check_study(self)
 
 
-def study_problem(study: Study) -> None:
+def check_study(study: Study) -> None:
     """Raise ValueError naming the first part of `study` that cannot run."""
     if study.knob not in MENU:
         raise ValueError(f"knob must be one of {tuple(MENU)}, got {study.knob!r}")
