@@ -373,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.estimate:
             parser.error(f"argument --budget: refused: {problem}")
         return 0
+    from transformers.utils import logging as transformers_logging  # after the checks: slow
+
+    transformers_logging.disable_progress_bar()  # a progress line per run, no bar per load
     results: Results = {}
     try:
         run_study(study, budget_s=args.budget, results=results)
