@@ -6,9 +6,10 @@ is worth the sum of its autograder checks' points (tests/test_registry.py holds 
 check added without its points here fails a test). The same points are the nbgrader `points` of the
 function's self-check cell (`instructor.release` sets them), so `nbgrader autograde` and `pytest
 autograder` grade on one scale, with the same maximum on every device.
-Written answers (`WRITTEN`: notebook 08's experiments) are nbgrader's manually graded cells: a
-person grades them in nbgrader's formgrader against the rubric in solutions/, and `pytest
-autograder` does not, so its score is the autograded part of nbgrader's, point for point.
+Written answers (`WRITTEN`: notebook 08's experiments, notebook 14's study report) are nbgrader's
+manually graded cells: a person grades them in nbgrader's formgrader against the rubric in
+solutions/, and `pytest autograder` does not, so its score is the autograded part of nbgrader's,
+point for point.
 The order of `REGISTRY` is the order a learner builds them in: a later stage may call the reference
 of an earlier one, never its own.
 """
@@ -67,4 +68,4 @@ POINTS: dict[str, int] = {name: points for s in REGISTRY for name, points in s.f
 # The written answers: grade_id of each manually graded cell -> its nbgrader points (set by
 # `instructor.release`, like the check cells'); the rubric is in the solution cell.
 WRITTEN: dict[str, int] = {"08_exp_group_size_answer": 3, "08_exp_std_answer": 3,
-                           "08_exp_clipping_answer": 3}
+                           "08_exp_clipping_answer": 3, "14_study_report": 6}

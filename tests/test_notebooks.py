@@ -57,6 +57,9 @@ NOTEBOOK_08_SHORT = "steps=2, eval_every=2, eval_problems=8, eval_samples=1"
 # their tests train (benchmarks/bench_experiments.py runs them whole)
 NOTEBOOK_08_EXPERIMENTS = ("experiment_seeds = (0, 1)", "experiment_steps = None")
 NOTEBOOK_08_EXPERIMENTS_SHORT = ("experiment_seeds = (0,)", "experiment_steps = 2")
+# notebook 14's study (the solution's design: 2 arms x 3 seeds, minutes) and the 1 step of each
+# of its six runs its tests train; the blank release has no design to shorten
+NOTEBOOK_14_STUDY, NOTEBOOK_14_SHORT = "steps=30)", "steps=1, eval_problems=4)"
 STUDENT = "student"
 
 
@@ -69,6 +72,22 @@ def shorten_notebook_08(path: Path) -> None:
         assert text.count(long) == 1, long
         text = text.replace(long, short)
     path.write_text(text, encoding="utf-8")
+
+
+def shorten(path: Path) -> None:
+    """The notebook at `path` with its long runs cut short (notebooks 08 and 14)."""
+    if path.name == "08_end_to_end.ipynb":
+        shorten_notebook_08(path)
+    elif path.name == "14_your_study.ipynb":
+        text = path.read_text(encoding="utf-8")
+        assert text.count(NOTEBOOK_14_STUDY) <= 1
+        path.write_text(text.replace(NOTEBOOK_14_STUDY, NOTEBOOK_14_SHORT), encoding="utf-8")
+
+
+def written_notebook(grade_id: str) -> str:
+    """The notebook (its stem) that holds written answer `grade_id` of `WRITTEN`."""
+    (name,) = [n for n in SOLUTION_NAMES if grade_id in (SOLUTIONS / n).read_text(encoding="utf-8")]
+    return Path(name).stem
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +148,7 @@ def graded_notebooks() -> list[str]:
 
 def test_there_are_nine_notebooks_and_the_optional_ones_released():
     optional = ["10_real_model.ipynb", "11_frontier_losses.ipynb", "12_baselines.ipynb",
-                "13_critic.ipynb"]
+                "13_critic.ipynb", "14_your_study.ipynb"]
     assert SOLUTION_NAMES[9:] == optional, SOLUTION_NAMES
     assert SOLUTION_NAMES[7:9] == ["08_end_to_end.ipynb", "09_failure_lab.ipynb"], SOLUTION_NAMES
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == SOLUTION_NAMES
@@ -347,6 +366,14 @@ def test_solution_notebook_executes(name, request, kernel_environment, tmp_path,
         assert "bracket: learns at" in printed["09_search"], printed["09_search"]
         assert "your reward: 0 holes" in printed["09_reward_holes"], printed["09_reward_holes"]
         assert "50 steps in" in printed["09_reward_run"], printed["09_reward_run"]
+    if name == "14_your_study.ipynb":  # graded (its report): autograde ran the design shortened
+        printed = {c.get("id"): "".join(out.get("text", "") for out in c.outputs)
+                   for c in code_cells(notebook)}
+        assert "[6/6] lr = 0.0003, seed 2: 1 steps in" in printed["14_run"], printed["14_run"]
+        table = next(c for c in notebook.cells if c.get("id") == "14_table")
+        shown = "".join(out.get("data", {}).get("text/markdown", "") for out in table.outputs)
+        assert "| lr = 0.0001 | 3 |" in shown and "beyond the noise" in shown, shown
+        assert any("image/png" in out.get("data", {}) for out in table.outputs)
 
 
 @pytest.mark.parametrize("name", SOLUTION_NAMES)
@@ -454,8 +481,7 @@ def autograded_course(kernel_environment, tmp_path_factory):
     source.mkdir(parents=True)
     for name in names:
         shutil.copyfile(SOLUTIONS / name, source / name)
-        if name == "08_end_to_end.ipynb":
-            shorten_notebook_08(source / name)
+        shorten(source / name)
 
     start = time.perf_counter()
     (course_dir / ".jupyter_config").mkdir()
@@ -475,8 +501,7 @@ def autograded_course(kernel_environment, tmp_path_factory):
         submitted.mkdir(parents=True)
         for name in names:
             shutil.copyfile(folder / name, submitted / name)
-            if name == "08_end_to_end.ipynb":
-                shorten_notebook_08(submitted / name)
+            shorten(submitted / name)
     nbgrader("autograde", ASSIGNMENT, "--force")
     left = [p.name for p in (course_dir / "tmp").iterdir()
             if not p.name.startswith("torchinductor_")]  # torch's own cache, kept by design
@@ -516,7 +541,8 @@ def test_nbgrader_gives_the_solutions_full_marks(autograded_course):
                        if cell.id in WRITTEN}  # autograde keeps what was written
     with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gradebook:
         for grade_id in WRITTEN:
-            grade = gradebook.find_grade(grade_id, "08_end_to_end", ASSIGNMENT, "solutions")
+            grade = gradebook.find_grade(grade_id, written_notebook(grade_id), ASSIGNMENT,
+                                         "solutions")
             assert grade.needs_manual_grade and grade.auto_score is None, grade_id
             grade.manual_score = grade.max_score  # what the instructor gives the model answer
         gradebook.db.commit()
@@ -535,5 +561,5 @@ def test_nbgrader_gives_the_blank_release_zero(autograded_course):
     assert all(score == 0 for score, _ in scores.values()), scores
     with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gradebook:
         for grade_id in WRITTEN:
-            grade = gradebook.find_grade(grade_id, "08_end_to_end", ASSIGNMENT, "blank")
+            grade = gradebook.find_grade(grade_id, written_notebook(grade_id), ASSIGNMENT, "blank")
             assert not grade.needs_manual_grade and grade.score == 0, grade_id
