@@ -24,8 +24,6 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 
-_SAVED_HOOKS: list = []  # the kernel's watch of autograd's saved-tensor hooks, installed once
-
 
 class InProcessRunner:
     """Runs probes in this process against a namespace (the notebook's: untrusted, not isolated).
@@ -34,7 +32,6 @@ class InProcessRunner:
 
     def __init__(self, namespace: dict, device: str):
         from autograder.protocol.answers import function_status
-        from autograder.protocol.saved_bytes import watch_saved_tensors_hooks
         from autograder.trusted.reference import counting_calls, is_reference
         from autograder.untrusted.probes import submission_state
         from course.registry import GRADED_FUNCTIONS
@@ -43,11 +40,8 @@ class InProcessRunner:
         functions = {name: namespace.get(name) for name in GRADED_FUNCTIONS}
         statuses = {name: function_status(function, is_reference(function, name))
                     for name, function in functions.items()}
-        if not _SAVED_HOOKS:  # the memory check names the hooks a call pushes, as in grading
-            _SAVED_HOOKS.append(watch_saved_tensors_hooks())
         self.state = submission_state(functions, statuses, device, counter,
-                                      patch=lambda: counting_calls(counter, [namespace]),
-                                      saved_hooks=_SAVED_HOOKS[0])
+                                      patch=lambda: counting_calls(counter, [namespace]))
         self.ready = {"status": "ready", "statuses": statuses, "errors": []}
 
     def start(self) -> dict:

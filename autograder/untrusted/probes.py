@@ -29,20 +29,17 @@ MAX_DEPTH = 6
 
 def submission_state(functions: dict, statuses: dict, device: str = "cpu",
                      reference_calls: dict | None = None, patch=None, recheck=None,
-                     given_head_calls: list | None = None, ranks: list | None = None,
-                     saved_hooks=None):
+                     given_head_calls: list | None = None, ranks: list | None = None):
     """What the probes know of a submission: the functions under test, their statuses, and
     `reference_calls` ({name: calls into the reference of that name}). `patch`: a context
     manager factory that installs call counters (in-process mode); `recheck(name)`: why `name` is
     no longer the code judged at load; `given_head_calls`: [calls into the given head], counted by
-    the hook; `ranks`: data-parallel ranks forked before the submission loaded (tier 2);
-    `saved_hooks`: the watch of autograd's saved-tensor hooks, installed before the submission
-    loaded (`saved_bytes.watch_saved_tensors_hooks`). A `SimpleNamespace`, not a class of the
-    grader's: no attribute of its type can be set."""
+    the hook; `ranks`: data-parallel ranks forked before the submission loaded (tier 2). A
+    `SimpleNamespace`, not a class of the grader's: no attribute of its type can be set."""
     return _NAMESPACE(functions=functions, statuses=statuses, device=device,
                       reference_calls={} if reference_calls is None else reference_calls,
                       patch=patch, recheck=recheck, given_head_calls=given_head_calls,
-                      ranks=ranks, saved_hooks=saved_hooks)
+                      ranks=ranks)
 
 
 # bound at import, before any submission loads (the stage child runs `seal`ed copies, whose
@@ -140,7 +137,7 @@ def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
-        saved = saved_bytes_counter(kwargs, state.saved_hooks) \
+        saved = saved_bytes_counter(kwargs, watch_hooks=True) \
             if request.get("count_saved_bytes") else None
         with torch.no_grad() if request.get("no_grad") else _NO_COUNTER():
             if saved is not None:

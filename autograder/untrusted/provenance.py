@@ -50,7 +50,6 @@ import warnings
 import torch
 
 from autograder.protocol.markers import GIVEN_HEAD_EVENT
-from autograder.protocol.saved_bytes import WATCHED_CODE
 
 MAX_CAPTURED = 100  # source texts kept: they travel in the load report (wire.MAX_HEADER_BYTES)
 MAX_CAPTURED_CHARS = 2**19  # in all
@@ -240,7 +239,7 @@ def judge(provenance: Provenance):
             todo += [function.__globals__[n] for n in names if n in function.__globals__]
             todo += [function.__defaults__ or (), function.__kwdefaults__ or {}]
             return None
-        if code in generated or code is WATCHED_CODE or library(function):
+        if code in generated or library(function):
             return None
         return (f"`{function.__qualname__}` was not compiled from the submission's text "
                 f"(its code says {code.co_filename!r} line {code.co_firstlineno}): code built "

@@ -211,8 +211,6 @@ def load(config: dict, seals: dict | None = None):
     from autograder.protocol.markers import GIVEN_HEAD
 
     seals = seals or sealed()  # before the submission loads, like all it binds below
-    # for good, before any of its code: a name of autograd's it binds is the watched one
-    saved_hooks = seals["autograder.protocol.saved_bytes"].watch_saved_tensors_hooks()
     submission_state = seals["autograder.untrusted.probes"].submission_state
     function_status = seals["autograder.protocol.answers"].function_status
     _stand_in_for_selfcheck()
@@ -226,8 +224,7 @@ def load(config: dict, seals: dict | None = None):
         functions = {name: getattr(importlib.import_module(HOME_MODULES[name]), name)
                      for name in GRADED_FUNCTIONS}
         statuses = {name: "ok" for name in GRADED_FUNCTIONS}
-        return submission_state(functions, statuses, config["device"], counter,
-                                saved_hooks=saved_hooks), [], {}, []
+        return submission_state(functions, statuses, config["device"], counter), [], {}, []
     from course.registry import GRADED_FUNCTIONS
     from course.submissions.implementations import stand_in_for_stubs  # bound before it runs
 
@@ -257,7 +254,7 @@ def load(config: dict, seals: dict | None = None):
     stand_in_for_stubs({n: f for n, f in functions.items()
                         if statuses[n] == "ok" and n in written}, namespaces)
     state = submission_state(functions, statuses, config["device"], counter, recheck=recheck,
-                             given_head_calls=loader.given_calls, saved_hooks=saved_hooks)
+                             given_head_calls=loader.given_calls)
     served = [m for f in sys.meta_path if isinstance(f, CodeFinder) and f.top_level
               for m in f.served]
     for name in loader.helpers:
