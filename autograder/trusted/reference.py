@@ -189,7 +189,7 @@ FLOOR = 0.8
 MARGIN = 0.1
 HONEST_MAX = {  # rounded up to the percent
     "tokenize_prompt_and_output": 1.0, "compute_entropy": 0.27, "get_response_log_probs": 0.49,
-    "compute_rollout_rewards": 0.39, "compute_group_normalized_rewards": 0.28,
+    "compute_rollout_rewards": 0.39, "compute_group_normalized_rewards": 0.24,
     "compute_policy_gradient_loss": 0.4, "estimate_kl": 0.23, "truncated_importance_weights": 0.23,
     "compute_grpo_loss": 0.41, "aggregate_loss_across_microbatch": 0.35, "grpo_train_step": 0.92,
 }

@@ -189,8 +189,10 @@ def checked_train_step(config: TrainConfig, implementations: Implementations | N
         raise ConfigError("pg_method", problem)
     if problem := frontier_loss_problem(train_step, config):
         raise ConfigError(frontier_field(config), problem)
-    if implementations and (problem := advantage_option_problem(
-            implementations["compute_group_normalized_rewards"], config, world_size)):
+    # a learner's stage 3, where their set has one (a lab run may bring only its train step)
+    stage_three = implementations.get("compute_group_normalized_rewards") \
+        if implementations else None
+    if stage_three and (problem := advantage_option_problem(stage_three, config, world_size)):
         raise ConfigError(*problem)
     if config.entropy_coef:
         train_step = functools.partial(train_step_with_entropy_bonus, train_step,

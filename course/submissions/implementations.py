@@ -58,6 +58,10 @@ class Implementations:
     def __getitem__(self, name: str) -> Callable:
         return self.functions[name]
 
+    def get(self, name: str) -> Callable | None:
+        """What runs for `name`, or None where this set has none (a lab run may bring one)."""
+        return self.functions.get(name)
+
     def table(self) -> str:
         """One line per graded function: its stage and whose code runs it."""
         width = max(len(name) for name in self.origins)
