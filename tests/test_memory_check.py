@@ -1,16 +1,22 @@
-"""The CPU memory check of chunked scoring: saved-for-backward bytes, counted with saved-tensor hooks."""
+"""The CPU memory check of chunked scoring: saved-for-backward bytes, read from the autograd graph."""
 
+import threading
+
+import pytest
 import torch
+from torch.utils.checkpoint import checkpoint
 
-from autograder.protocol.saved_bytes import SavedBytes
+from autograder.protocol.saved_bytes import owned_storages, saved_bytes
 from course import get_response_log_probs
 from course.loop.models import build_tiny_model
 
 
 def _saved_bytes(model, input_ids, labels, chunk):
-    with SavedBytes({"model": model, "input_ids": input_ids, "labels": labels}) as saved:
-        out = get_response_log_probs(model, input_ids, labels, logits_chunk_size=chunk)
-    return saved.total(), out
+    owned = owned_storages({"model": model, "input_ids": input_ids, "labels": labels})
+    out = get_response_log_probs(model, input_ids, labels, logits_chunk_size=chunk)
+    kept, hidden = saved_bytes(out, owned)
+    assert hidden == []
+    return kept, out
 
 
 def test_saved_bytes_count_the_logits_only_when_they_are_kept():
@@ -26,5 +32,56 @@ def test_saved_bytes_count_the_logits_only_when_they_are_kept():
     # and the one float32 column its saved tile rows [h, ·] (N, H + 1) hold beside h
     assert plain - logits_bytes < chunked <= plain - logits_bytes + 2 * 64 * (8 + 4)
     torch.testing.assert_close(chunked_out["log_probs"], plain_out["log_probs"], rtol=0, atol=1e-5)
-    del plain_out, chunked_out                         # the graph goes, and so do the saved tensors
-    assert SavedBytes({}).total() == 0
+    plain_out["log_probs"].sum().backward()            # backward frees what was saved
+    assert saved_bytes(plain_out, frozenset()) == (0, [])
+
+
+def _exp_sum(x):
+    return (x * 2).exp().sum()  # keeps exp's result (N float32) and the wrapped scalar 2 (8 bytes)
+
+
+def test_the_count_reads_what_the_graph_keeps_however_the_forward_ran():
+    """Hand-worked: x is (3, 4) float32, so exp's result is 48 bytes and the scalar 2 a float64's
+    8; the caller's own x is not counted; a thread, tracing and a context attribute hide nothing;
+    checkpointing's hooks keep nothing; any other hooks are named; a freed graph keeps nothing."""
+    x = torch.randn(3, 4, requires_grad=True)
+    owned = owned_storages({"x": x})
+    assert saved_bytes(_exp_sum(x), owned) == (48 + 8, [])
+    out = []
+    worker = threading.Thread(target=lambda: out.append(_exp_sum(x)))
+    worker.start()
+    worker.join()
+    assert saved_bytes(out, owned) == (48 + 8, [])
+
+    class Kept(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.kept = {"tripled": [a * 3]}  # 48 bytes, kept as an attribute
+            return a.sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.kept["tripled"][0] / 3
+
+    assert saved_bytes(Kept.apply(x), owned) == (48, [])
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        hooked = _exp_sum(x)
+    kept, hidden = saved_bytes(hooked, owned)  # the wrapped scalar is never handed to hooks
+    assert kept == 8 and len(hidden) == 1 and hidden[0].startswith("saved-tensor hooks 'test_")
+    recomputed = checkpoint(_exp_sum, x, use_reentrant=False)
+    assert saved_bytes(recomputed, owned) == (8, [])
+    freed = _exp_sum(x)
+    freed.backward()
+    assert saved_bytes(freed, owned) == (0, [])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_gpu_counters_bound_at_import_read_what_torch_cuda_reads():
+    from autograder.untrusted.probes import cuda_allocated
+
+    block = torch.empty(2**20, device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    del block
+    assert cuda_allocated("current") == torch.cuda.memory_allocated()
+    assert cuda_allocated("peak") == torch.cuda.max_memory_allocated() >= 4 * 2**20

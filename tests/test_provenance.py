@@ -83,7 +83,7 @@ def _load(tmp_path: Path, text: str, **helpers: str) -> dict:
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     call = decode(bytes.fromhex(loaded.pop("answer")))
-    loaded["call"] = {k: v for k, v in call.items() if type(v) in (str, bool, dict, int)}
+    loaded["call"] = {k: v for k, v in call.items() if type(v) in (str, bool, dict, int, list)}
     loaded["tensor"] = type(call.get("output")) is torch.Tensor
     return loaded
 
@@ -495,11 +495,68 @@ def test_what_the_submission_rewrites_of_the_grader_changes_no_measurement(tmp_p
     assert honest["requires_grad"] == {"": True} and honest["saved_bytes"] == 2 * 3 * 4, honest
     assert honest["given_head_calls"] == 0 and honest["status"] == "ok"
     attacked = _load(tmp_path, REWRITE_EVERYTHING + MEASURED)
-    assert {"autograder.protocol.saved_bytes", "autograder.protocol.wire"} <= set(
-        attacked["report"]["modules"]) and attacked["report"]["rebound"] > 50, attacked["report"]
+    # (the saved-bytes count defines no class, so no class's methods lead to it)
+    assert "autograder.protocol.wire" in attacked["report"]["modules"] \
+        and attacked["report"]["rebound"] > 50, attacked["report"]
     assert attacked["statuses"] == {"compute_entropy": "ok"}, attacked
     assert attacked["report"]["stolen"] == []
     assert attacked["call"] == honest, (attacked["call"], attacked["report"])
+
+
+# what could hide from a count kept while the call runs, and cannot from one read off the graph
+# after it: autograd's push of saved-tensor hooks, bound by name at load, used during the call
+# (hooks inside a counter's take precedence: the saved exp never reaches it); tracing left on
+# (autograd then hands no hook what it saves); the forward run in a thread of its own (autograd's
+# stack of hooks is per thread); the exp kept as an attribute of a custom function's context
+PREBOUND_PUSH = """import torch
+from torch._C._autograd import _pop_saved_tensors_default_hooks as pop
+from torch._C._autograd import _push_saved_tensors_default_hooks as push
+""" + MEASURED.replace("    return", """    push(lambda t: t, lambda t: t)
+    try:
+        return""") + "    finally:\n        pop()\n"
+TRACING_AT_LOAD = "import torch\ntorch._C._autograd._saved_tensors_hooks_set_tracing(True)\n" \
+    + MEASURED
+IN_A_THREAD = "import threading\nimport torch\n" + MEASURED.replace("    return", """    out = []
+    worker = threading.Thread(target=lambda: out.append(inner(logits)))
+    worker.start()
+    worker.join()
+    return out[0]
+
+
+def inner(logits):
+    return""")
+ON_THE_CONTEXT = """import torch
+W = torch.ones(3, requires_grad=True)
+
+
+class Kept(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, w):
+        ctx.kept = {"exp": [logits.exp()]}
+        return (ctx.kept["exp"][0] * w).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, (ctx.kept["exp"][0] * grad[:, None]).sum(0)
+
+
+def compute_entropy(logits):
+    return Kept.apply(logits, W)
+"""
+
+
+@pytest.mark.parametrize("text, hidden", [
+    (PREBOUND_PUSH, ["saved-tensor hooks 'compute_entropy.<locals>.<lambda>'"]),
+    (TRACING_AT_LOAD, []), (IN_A_THREAD, []), (ON_THE_CONTEXT, [])])
+def test_what_autograd_keeps_is_read_off_the_graph_however_the_call_ran(tmp_path, text, hidden):
+    """The saved-bytes count walks the graph behind the output after the call
+    (`saved_bytes.saved_bytes`): hooks of the submission's own are named however early it bound
+    autograd's push, and a forward with tracing on, in a thread, or keeping its tensor on a
+    context is counted (the honest count of the same function is 2 x 3 float32, above)."""
+    attacked = _load(tmp_path, text)
+    assert attacked["statuses"] == {"compute_entropy": "ok"}, attacked
+    assert attacked["call"]["saved_hidden"] == hidden, attacked["call"]
+    assert attacked["call"]["saved_bytes"] == (0 if hidden else 2 * 3 * 4), attacked["call"]
 
 
 def test_a_sealed_module_reads_its_names_where_rebinding_the_originals_does_not_reach():

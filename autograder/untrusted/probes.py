@@ -21,7 +21,7 @@ import torch
 from autograder.protocol import wire
 from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
-from autograder.protocol.saved_bytes import saved_bytes_counter
+from autograder.protocol.saved_bytes import owned_storages, saved_bytes
 from autograder.untrusted import ranks
 
 MAX_DEPTH = 6
@@ -52,6 +52,19 @@ _AS_PLAIN = torch._C.TensorBase.as_subclass
 _DETACH, _CPU, _CLONE, _CONTIGUOUS = (torch._C.TensorBase.detach, torch._C.TensorBase.cpu,
                                       torch._C.TensorBase.clone, torch._C.TensorBase.contiguous)
 _ITEMS, _NO_COUNTER = dict.items, contextlib.nullcontext
+# torch.cuda's C counters (torch/cuda/memory.py reads them; None in a CPU build): its Python
+# functions are the submission's to rebind
+_CUDA = {name: getattr(torch._C, name, None) for name in (
+    "_cuda_synchronize", "_cuda_getDevice", "_cuda_resetPeakMemoryStats", "_cuda_memoryStats")}
+
+
+def cuda_allocated(which: str) -> int:
+    """Bytes allocated by torch on the current GPU: "current", or "peak" since the last reset
+    (`torch.cuda.memory_allocated`, `max_memory_allocated`: "allocated_bytes.all.<which>" of
+    `torch.cuda.memory_stats`), from the counters bound at import, after a synchronize."""
+    _CUDA["_cuda_synchronize"]()
+    return int(_CUDA["_cuda_memoryStats"](_CUDA["_cuda_getDevice"]())["allocated_bytes"]["all"][
+        which])
 
 
 def to_plain(x, flags: dict | None = None, prefix: str = "", depth: int = 0):
@@ -129,31 +142,22 @@ def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
     for arg in request.get("grad_wrt", ()):
         kwargs[arg] = kwargs[arg].detach().requires_grad_(True)
 
-    measure = request.get("measure_cuda_memory") and torch.cuda.is_available()
+    measure = request.get("measure_cuda_memory") and _CUDA["_cuda_memoryStats"] is not None
 
     def run():
         head_calls = _given_head_calls(state)
         if measure:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            baseline = torch.cuda.memory_allocated()
-        saved = saved_bytes_counter(kwargs, watch_hooks=True) \
-            if request.get("count_saved_bytes") else None
+            baseline = cuda_allocated("current")
+            _CUDA["_cuda_resetPeakMemoryStats"](_CUDA["_cuda_getDevice"]())
+        owned = owned_storages(kwargs) if request.get("count_saved_bytes") else None
         with torch.no_grad() if request.get("no_grad") else _NO_COUNTER():
-            if saved is not None:
-                saved.enter()
-            try:
-                output = function(**kwargs)
-            finally:
-                if saved is not None:
-                    saved.leave()
+            output = function(**kwargs)
         flags = {}
         response = {"status": "ok", "output": to_plain(output, flags), "requires_grad": flags}
         if request.get("count_given_head"):
             response["given_head_calls"] = _given_head_calls(state) - head_calls
-        if saved is not None:
-            response["saved_bytes"] = saved.total()
-            response["foreign_saved_hooks"] = saved.foreign[:10]
+        if owned is not None:  # read from the graph behind the output, after the call
+            response["saved_bytes"], response["saved_hidden"] = saved_bytes(output, owned)
         backward = request.get("backward")
         if backward is not None:
             target = get_path(output, backward["path"])
@@ -163,8 +167,7 @@ def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
             response["grads"] = {arg: to_plain(kwargs[arg].grad) for arg in request.get("grad_wrt",
                                                                                         ())}
         if measure:
-            torch.cuda.synchronize()
-            response["peak_bytes"] = int(torch.cuda.max_memory_allocated() - baseline)
+            response["peak_bytes"] = cuda_allocated("peak") - baseline
         return response
 
     return _call_guarded(state, name, run)

@@ -8,7 +8,7 @@ import math
 import torch
 
 from autograder.protocol.markers import build_model, build_tokenizer, model_marker
-from autograder.protocol.saved_bytes import SavedBytes  # counts the trusted model's own activations
+from autograder.protocol.saved_bytes import owned_storages, saved_bytes  # the model's own, too
 from autograder.trusted.checks.common import generator, reference_function, rng, run_reference
 from autograder.trusted.core import (
     BFLOAT16,
@@ -254,9 +254,10 @@ def _decoder_saved_bytes(inputs: dict) -> int:
     model)."""
     model = build_model(inputs["model"]["seed"], inputs["model"]["dtype"],
                         vocab_size=inputs["model"]["vocab_size"])
-    with SavedBytes({"model": model, "input_ids": inputs["input_ids"]}) as saved:
-        hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
-    return saved.total() + hidden.numel() * hidden.element_size()  # + the hidden states themselves
+    owned = owned_storages({"model": model, "input_ids": inputs["input_ids"]})
+    hidden = model.model(input_ids=inputs["input_ids"], use_cache=False).last_hidden_state
+    kept, _ = saved_bytes(hidden, owned)
+    return kept + hidden.numel() * hidden.element_size()  # + the hidden states themselves
 
 
 @case(f"{LOG_PROBS}/large-vocabulary", expected=lambda inputs: run_reference(LOG_PROBS, inputs),
@@ -280,7 +281,9 @@ def _bound_peak_cuda_memory(ctx) -> None:
         response = ctx.call(LOG_PROBS, {**inputs, "logits_chunk_size": size},
                             measure_cuda_memory=True,
                             backward={"path": "log_probs", "cotangent": torch.ones(4, 512)})
-        peaks[size] = int(response.get("peak_bytes", 0))
+        peaks[size] = response.get("peak_bytes")
+        if type(peaks[size]) is not int or peaks[size] < 0:  # data to check, not to trust
+            raise Fail(f"the peak of GPU memory came back as {peaks[size]!r}, not a byte count")
         outputs[size] = field(response["output"], "log_probs", "the result")
     compare(outputs[32], tensor(outputs[0], "log_probs"), "chunked log_probs", tolerance=MODEL)
     logits_bytes = 4 * 512 * vocab * 4
@@ -297,10 +300,11 @@ def _bound_peak_cuda_memory(ctx) -> None:
 @check(LOG_PROBS, "chunked scoring saves about one chunk of logits for backward "
        "(and, on cuda, bounds peak GPU memory)", points=1)
 def chunked_saved_bytes(ctx) -> None:
-    """Counted with saved-tensor hooks, so a chunked path that keeps every chunk's logits for
-    backward (correct values, no memory saved) loses this point on every device; graded with
-    `--device cuda`, the same point also asks for a bounded peak of GPU memory. One check, so the
-    maximum is the same on every device (and in a notebook's self-check)."""
+    """Counted from the autograd graph behind the result (`saved_bytes`), so a chunked path that
+    keeps every chunk's logits for backward (correct values, no memory saved) loses this point on
+    every device; graded with `--device cuda`, the same point also asks for a bounded peak of GPU
+    memory. One check, so the maximum is the same on every device (and in a notebook's
+    self-check)."""
     run = ctx.fresh_case(f"{LOG_PROBS}/large-vocabulary")
     inputs, chunk = run.inputs, 8
     _own_plain_path(ctx, inputs)
@@ -315,14 +319,14 @@ def chunked_saved_bytes(ctx) -> None:
     chunk_bytes = batch * chunk * vocab * 4  # one (B, chunk, V) float32 block
     # + (B, T) vectors
     allowed = _decoder_saved_bytes(inputs) + 2 * chunk_bytes + batch * positions * 16
-    saved, hooks = response.get("saved_bytes"), response.get("foreign_saved_hooks")
+    saved, hidden = response.get("saved_bytes"), response.get("saved_hidden")
     if type(saved) is not int or saved < 0:  # the worker's answer is data to check, not to trust
         raise Fail(f"the count of saved-for-backward bytes came back as {saved!r}, not a byte "
                    "count")
-    if not isinstance(hooks, list) or hooks:
-        raise Fail(f"your code installs saved-tensor hooks of its own ({hooks!r}): what they keep "
-                   "for backward is hidden from the count; recompute each chunk with "
-                   "torch.utils.checkpoint or a custom autograd.Function instead")
+    if type(hidden) is not list or hidden:
+        raise Fail(f"what your code keeps for backward is hidden from the count ({hidden!r}): "
+                   "recompute each chunk with torch.utils.checkpoint or a custom "
+                   "autograd.Function instead of pushing saved-tensor hooks of your own")
     if saved > allowed:
         raise Fail(f"with logits_chunk_size={chunk} autograd keeps {saved / 2**20:.2f} MiB for "
                    "backward, "
