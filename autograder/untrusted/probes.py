@@ -158,14 +158,8 @@ def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
             response["given_head_calls"] = _given_head_calls(state) - head_calls
         if owned is not None:  # read from the graph behind the output, after the call
             response["saved_bytes"], response["saved_hidden"] = saved_bytes(output, owned)
-        backward = request.get("backward")
-        if backward is not None:
-            target = get_path(output, backward["path"])
-            if isinstance(target, torch.Tensor) and target.requires_grad:
-                cotangent = backward["cotangent"].to(target.device, target.dtype)
-                (target * cotangent).sum().backward()
-            response["grads"] = {arg: to_plain(kwargs[arg].grad) for arg in request.get("grad_wrt",
-                                                                                        ())}
+        if request.get("backward") is not None:
+            response["grads"] = _backward(output, request, kwargs)
         if measure:
             response["peak_bytes"] = cuda_allocated("peak") - baseline
         return response
@@ -174,6 +168,27 @@ def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
 
 
 _GETATTR, _VALUES, _GRAD = object.__getattribute__, dict.values, torch._C.TensorBase.grad
+# autograd's engine, as torch.autograd.backward calls it (torch/autograd/graph.py)
+_RUN_BACKWARD = torch.autograd.variable.Variable._execution_engine.run_backward
+
+
+def _backward(output, request: dict, kwargs: dict) -> dict:
+    """{argument: its gradient} after backward from `request["backward"]["path"]` of `output`
+    with the given cotangent (the vector-Jacobian product of `(target * cotangent).sum()`).
+    Autograd's engine and the `requires_grad` and `grad` descriptors are bound at import and read
+    with torch functions off: a rebound `Tensor.grad` or `Tensor.backward`, or a subclass, hands
+    the probe no gradient autograd did not compute."""
+    backward = request["backward"]
+    with _NO_TORCH_FUNCTION():
+        target = get_path(output, backward["path"])
+        if issubclass(type(target), _TENSOR) and _REQUIRES_GRAD.__get__(target):
+            cotangent = _TO(backward["cotangent"], target)  # target's device and dtype
+            _RUN_BACKWARD((target,), (cotangent,), False, False, (), allow_unreachable=True,
+                          accumulate_grad=True)
+        grads = {arg: _GRAD.__get__(kwargs[arg]) for arg in request.get("grad_wrt", ())}
+    return {arg: to_plain(grad) for arg, grad in grads.items()}
+
+
 _CAT, _RESHAPE, _TO, _SUB = torch.cat, torch._C.TensorBase.reshape, torch._C.TensorBase.to, \
     torch._C.TensorBase.sub
 _COUNT_NONZERO, _ITEM = torch._C.TensorBase.count_nonzero, torch._C.TensorBase.item
