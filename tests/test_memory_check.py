@@ -75,6 +75,27 @@ def test_the_count_reads_what_the_graph_keeps_however_the_forward_ran():
     assert saved_bytes(freed, owned) == (0, [])
 
 
+def test_the_callers_own_storages_are_read_from_the_modules_dicts():
+    """`owned_storages` reads parameters and buffers from the modules' own dicts: a module whose
+    `parameters()` also yields a tensor of the submission's (a buffer it will fill with logits)
+    does not make that tensor the caller's, so what is saved in it is counted."""
+    hidden_store = torch.zeros(1000)
+
+    class Lying(torch.nn.Linear):
+        def parameters(self, recurse=True):
+            yield from super().parameters(recurse)
+            yield hidden_store
+
+    model = Lying(2, 2)
+    model.register_buffer("scale", torch.ones(3))
+    owned = owned_storages({"model": model})
+    expected = {p.untyped_storage().data_ptr() for p in [model.weight, model.bias, model.scale]}
+    assert owned == expected and hidden_store.untyped_storage().data_ptr() not in owned
+    x = torch.randn(3, 2, requires_grad=True)
+    kept = (model(x) * hidden_store[:2]).sum()  # mul saves hidden_store's view: 4,000 bytes
+    assert saved_bytes(kept, owned)[0] >= 4000
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_gpu_counters_bound_at_import_read_what_torch_cuda_reads():

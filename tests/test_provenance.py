@@ -590,7 +590,8 @@ def test_a_mode_left_on_torchs_stacks_does_not_change_what_the_train_step_probe_
     grader runs after its call: the parameters and their gradients are read with both off."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from autograder.untrusted.probes import _flat_parameters, _grads_left, _parameters
+    from autograder.protocol.saved_bytes import module_tensors
+    from autograder.untrusted.probes import _flat_parameters, _grads_left
 
     class Zeroes(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -598,7 +599,7 @@ def test_a_mode_left_on_torchs_stacks_does_not_change_what_the_train_step_probe_
             return torch.zeros_like(result) if isinstance(result, torch.Tensor) else 0
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
-    parameters = _parameters(model)
+    parameters = module_tensors(model)
     assert [id(p) for p in parameters] == [id(p) for p in model.parameters()]
     parameters[0].grad = torch.ones(2, 2)
     mode = Zeroes()

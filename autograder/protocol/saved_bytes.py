@@ -44,6 +44,7 @@ _FUNCTION, _CODE = types.FunctionType, vars(types.FunctionType)["__code__"].__ge
 _QUALNAME = vars(types.FunctionType)["__qualname__"].__get__
 _TYPE_NAME = vars(type)["__qualname__"].__get__
 _NO_TORCH_FUNCTION = torch._C.DisableTorchFunction  # a mode on torch's stack sees no read
+_GETATTR, _VALUES = object.__getattribute__, dict.values
 
 
 def owned_storages(inputs) -> frozenset:
@@ -116,6 +117,23 @@ def _name(hidden: list, what: str) -> None:
         hidden.append(what)
 
 
+def module_tensors(model, kinds: tuple[str, ...] = ("_parameters",)) -> list:
+    """The tensors a module tree registers under `kinds` (`_parameters`, `_buffers`), in
+    `model.parameters()`'s order (each module's own, then its children's, depth first; a shared
+    one once), read from the modules' own dicts: `torch.nn.Module`'s methods are the submission's
+    to rebind, and a tensor it made them yield would count as the caller's."""
+    found, seen, todo = [], set(), [model]
+    while todo:
+        attributes = _GETATTR(todo.pop(), "__dict__")
+        for kind in kinds:
+            for tensor in _VALUES(attributes[kind]):
+                if tensor is not None and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found.append(tensor)
+        todo += [m for m in _VALUES(attributes["_modules"]) if m is not None][::-1]
+    return found
+
+
 def _tensors(value, depth: int = 0, modules: bool = False):
     """The tensors among `value` (and its lists, tuples and dicts, exactly those types), with a
     module's parameters and buffers where `modules` (the caller's own model)."""
@@ -124,11 +142,10 @@ def _tensors(value, depth: int = 0, modules: bool = False):
     kind = type(value)
     if issubclass(kind, _TENSOR):
         yield value
-    elif modules and isinstance(value, _MODULE):
-        yield from value.parameters()
-        yield from value.buffers()
+    elif modules and issubclass(kind, _MODULE):
+        yield from module_tensors(value, ("_parameters", "_buffers"))
     elif kind is dict:
-        for item in dict.values(value):
+        for item in _VALUES(value):
             yield from _tensors(item, depth + 1, modules)
     elif kind in (list, tuple):
         for item in value:

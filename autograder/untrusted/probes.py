@@ -21,7 +21,7 @@ import torch
 from autograder.protocol import wire
 from autograder.protocol.answers import error_answer, exception_answer
 from autograder.protocol.markers import REWARD_FN, TOKENIZER, resolve
-from autograder.protocol.saved_bytes import owned_storages, saved_bytes
+from autograder.protocol.saved_bytes import module_tensors, owned_storages, saved_bytes
 from autograder.untrusted import ranks
 
 MAX_DEPTH = 6
@@ -167,7 +167,7 @@ def probe_call(state: types.SimpleNamespace, request: dict) -> dict:
     return _call_guarded(state, name, run)
 
 
-_GETATTR, _VALUES, _GRAD = object.__getattribute__, dict.values, torch._C.TensorBase.grad
+_GRAD = torch._C.TensorBase.grad
 # autograd's engine, as torch.autograd.backward calls it (torch/autograd/graph.py)
 _RUN_BACKWARD = torch.autograd.variable.Variable._execution_engine.run_backward
 
@@ -192,22 +192,6 @@ def _backward(output, request: dict, kwargs: dict) -> dict:
 _CAT, _RESHAPE, _TO, _SUB = torch.cat, torch._C.TensorBase.reshape, torch._C.TensorBase.to, \
     torch._C.TensorBase.sub
 _COUNT_NONZERO, _ITEM = torch._C.TensorBase.count_nonzero, torch._C.TensorBase.item
-
-
-def _parameters(model) -> list:
-    """`model.parameters()` in its order (each module's own, then its children's, depth first;
-    a shared one once), read from the modules' own dicts: `torch.nn.Module`'s methods are the
-    submission's to rebind."""
-    found, seen, todo = [], set(), [model]
-    while todo:
-        attributes = _GETATTR(todo.pop(), "__dict__")
-        for parameter in _VALUES(attributes["_parameters"]):
-            if parameter is not None and id(parameter) not in seen:
-                seen.add(id(parameter))
-                found.append(parameter)
-        todo += [m for m in _VALUES(attributes["_modules"]) if m is not None][::-1]
-    return found
-
 
 # torch's dispatch switch is a pybind11 class, whose attributes can be set: its parts bound now
 _NO_DISPATCH = torch._C._DisableTorchDispatch
@@ -248,7 +232,7 @@ def _one_train_step(state: types.SimpleNamespace, request: dict, run_kwargs: dic
     name = request["function"]
     device = device or state.device
     model = resolve(request["model"], device)
-    parameters = _parameters(model)
+    parameters = module_tensors(model)  # read before the call, from the modules' dicts
     before = _flat_parameters(parameters)
     trained = wrap(model) if wrap else model
     optimizer = torch.optim.SGD(trained.parameters(), lr=request.get("lr", 1.0))
